@@ -1,0 +1,94 @@
+"""Every number the twin uses that the recorded data does not give: ONE place, each with why.
+
+The recorded data gives, per (model, MMLU-Pro item): the step-by-step (5-shot CoT) answer letter,
+whether it is correct, and its length. The measured GPU data gives iteration times per model and
+GPU (see docs/profiles.md). Everything else is assumed here; docs/twin.md lists these values.
+"""
+
+from __future__ import annotations
+
+from inframind_ray.workflow.prompts import Strategy
+
+# --- text -> tokens -----------------------------------------------------------------------------
+TOKENS_PER_WORD = 1.33
+"""Llama/Mistral BPE tokenisers give ~0.75 English words per token (a common rule of thumb)."""
+
+FEW_SHOT_EXAMPLES = 5
+"""A DeepThink call carries 5 worked examples of the item's category, as the 5-shot CoT prompts
+that produced the recorded answers did. Their length per category = 5 x (mean question+options
+tokens + mean recorded CoT answer tokens of the 25 models) on the train split. Flash and Concise
+prompts are zero-shot."""
+
+PROMPT_OVERHEAD_TOKENS = 60
+"""System, role, strategy and answer-format instructions of one agent prompt (prompts.py, ~45
+words). Upstream answers add their own output tokens to a node's prompt."""
+
+# --- strategies (Flash / Concise relative to the recorded step-by-step answer) -----------------
+STRATEGY_RETENTION = {Strategy.FLASH: 0.80, Strategy.CONCISE: 0.93, Strategy.DEEPTHINK: 1.0}
+"""Probability that a recorded-correct answer stays correct under the strategy. DeepThink IS the
+recorded answer. Flash: the MMLU-Pro paper reports chain of thought adds roughly a fifth of the
+accuracy over direct answering on MMLU-Pro (its CoT vs direct ablation), so direct answers keep
+~80 %. Concise: concise CoT (Renze & Guven, 2024) cut length about in half with a small accuracy
+loss. A recorded-wrong answer stays wrong (same letter) under every strategy."""
+
+STRATEGY_LENGTH = {
+    Strategy.FLASH: (0.0, 6, 12),
+    Strategy.CONCISE: (0.40, 24, 160),
+    Strategy.DEEPTHINK: (1.0, 8, 100_000),
+}
+"""(fraction of the recorded length, min, max) output tokens. Flash answers with a letter and a
+short sentence (~6-12 tokens, whatever the model); Concise with 2-3 points (~40 % of the full
+reasoning, bounded). DeepThink = the recorded length."""
+
+MAX_TOKENS_QUANTILE = 0.999
+"""DeepThink max_tokens of a model = this quantile of its recorded lengths on the train split
+(model-aware: the authors' global 256-token cap truncated 97.8 % of a reasoning model's answers).
+Flash and Concise caps are the upper bounds above. An answer longer than its cap is truncated and
+counts as no answer."""
+
+# --- multi-agent interaction (what a round does to recorded answers) ---------------------------
+P_ADOPT_CORRECT = 0.5
+"""A refiner (chain step, critic, debate round >= 2) whose own answer is wrong adopts the upstream
+plurality answer when that one is correct with this probability. Self-correction without external
+feedback helps little (Huang et al., 2024, "LLMs cannot self-correct reasoning yet"), while
+debate with a correct peer helps more (Du et al., 2023): a middle value."""
+
+P_SWITCH_TO_WRONG = 0.15
+"""A refiner whose own answer is correct switches to a wrong upstream plurality answer with this
+probability (sycophancy towards peers; small)."""
+
+AGGREGATOR_VOTES_ITSELF = True
+"""An aggregator returns the plurality of its upstream answers plus its own answer (one vote);
+ties go to its own answer, then to the earliest upstream answer. (The recorded majority vote of
+the default five models is 55.5 % vs 62.8 % for the best single model: ensembles do not beat the
+strongest model for free.)"""
+
+# --- hardware -----------------------------------------------------------------------------------
+GPU_MEMORY_BANDWIDTH_TBPS = {
+    "A100-40GB": 1.555, "A100-80GB": 2.04, "H100-80GB": 3.35, "H200-141GB": 4.8, "GH200-96GB": 4.0,
+}
+GPU_MEMORY_GB = {"A100-40GB": 40, "A100-80GB": 80, "H100-80GB": 80, "H200-141GB": 141,
+                 "GH200-96GB": 96}
+GPU_DENSE_BF16_TFLOPS = {"A100-40GB": 312, "A100-80GB": 312, "H100-80GB": 989, "H200-141GB": 989,
+                         "GH200-96GB": 989}
+"""Vendor data sheets (SXM parts). A profile measured on one GPU is moved to another by scaling
+its memory-bound terms (c0, c_decode, c_kv) by the ratio of aggregate memory bandwidth and its
+prefill term by the ratio of aggregate dense compute (tensor parallelism assumed to scale
+perfectly). A profile measured for model A is moved to pool model B by the ratio of parameters
+(weights-bound and compute terms; active parameters for MoE compute) and of KV bytes per token
+(the attention term)."""
+
+GPU_MEMORY_UTILIZATION = 0.90
+"""vLLM's default gpu_memory_utilization; KV capacity = util x GPU memory - weights (bf16)."""
+
+ACTIVATION_RESERVE_GB_PER_GPU = 4.0
+"""Activation and CUDA-graph memory vLLM keeps outside the KV cache, per GPU."""
+
+# --- workload -----------------------------------------------------------------------------------
+BUDGET_RANGE_S = (20.0, 90.0)
+"""Default latency budget per query: uniform between these seconds. Wide enough that a
+multi-agent plan fits at low load, tight enough that queueing under congestion breaks it."""
+
+METRICS_FRESH_IN_TWIN = True
+"""In the twin, policies read engine metrics at the instant of the decision (age 0). The serving
+plane pushes snapshots every 250 ms and marks old ones stale."""

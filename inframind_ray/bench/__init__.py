@@ -1,0 +1,1 @@
+"""``inframind bench``: policies side by side on the twin over a sweep of arrival rates."""

@@ -1,0 +1,198 @@
+"""One benchmark cell = one (policy, rate) simulation on a fresh pool; a sweep runs cells in
+parallel processes. Every cell of a sweep sees the same items and budgets (paired comparison)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from inframind_ray.config import PoolConfig
+from inframind_ray.policy.base import QueryInfo, SystemState
+from inframind_ray.policy.baselines import make_policy
+from inframind_ray.twin.backend import TwinBackend
+from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.twin.pool import build_engines, build_pool_info
+from inframind_ray.twin.simloop import run_simulated
+from inframind_ray.twin.workload import WorkloadSpec, make_queries
+from inframind_ray.workflow.runner import QueryResult, run_query
+from inframind_ray.workflow.topology import build_graph
+
+QUEUE_SAMPLE_S = 1.0
+HORIZON_FACTOR = 20.0  # a run ends at last arrival + this x the largest budget, at the latest
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything one simulation needs (picklable)."""
+
+    pool: PoolConfig
+    policy: str
+    workload: WorkloadSpec
+    scheduling: str | None = None
+
+
+@dataclass
+class CellResult:
+    """Per-query rows, per-call rows, queue samples and the summary row of one cell."""
+
+    spec: CellSpec
+    queries: list[dict] = field(default_factory=list)
+    calls: list[dict] = field(default_factory=list)
+    queue: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+    simulated_s: float = 0.0
+
+
+_OUTCOMES: dict[tuple, OutcomeModel] = {}
+
+
+def outcome_for(pool: PoolConfig, seed: int) -> OutcomeModel:
+    """Outcome model of a pool (cached per process)."""
+    key = (tuple((m.name, m.recorded) for m in pool.models), seed)
+    if key not in _OUTCOMES:
+        _OUTCOMES[key] = OutcomeModel({m.name: m.recorded for m in pool.models}, seed=seed)
+    return _OUTCOMES[key]
+
+
+def run_cell(spec: CellSpec) -> CellResult:
+    """Simulate one (policy, rate) cell on the virtual clock."""
+    wall0 = time.perf_counter()
+    outcome = outcome_for(spec.pool, spec.workload.seed)
+    queries = make_queries(spec.workload, outcome)
+    info = build_pool_info(spec.pool, outcome)
+    policy = make_policy(
+        spec.policy, info, spec.workload.seed,
+        is_correct=lambda q, m, s: outcome.is_correct(
+            q.item_id, outcome.strategy_answer(q.item_id, m, s)[0]),
+    )
+    abort = spec.pool.engine.on_deadline == "abort"
+    horizon = queries[-1].arrival_s + HORIZON_FACTOR * max(q.budget_s for q in queries)
+    result = CellResult(spec)
+
+    async def main() -> list[QueryResult | QueryInfo]:
+        loop = asyncio.get_running_loop()
+        engines = build_engines(spec.pool, spec.scheduling)
+        backend = TwinBackend(engines, outcome)
+
+        def state() -> SystemState:
+            return SystemState(loop.time(), {m: r.load() for m, r in engines.items()})
+
+        done = asyncio.Event()
+
+        async def sample_queues() -> None:
+            while not done.is_set():
+                t = loop.time()
+                for m, r in engines.items():
+                    ld = r.load()
+                    result.queue.setdefault(m, []).append((t, ld.waiting, ld.running))
+                await asyncio.sleep(QUEUE_SAMPLE_S)
+
+        sampler = loop.create_task(sample_queues())
+        tasks: list[asyncio.Task] = []
+        arrived: list[QueryInfo] = []
+        for q in queries:
+            await asyncio.sleep(max(0.0, q.arrival_s - loop.time()))
+            q = replace(q, arrival_s=loop.time())
+            arrived.append(q)
+            tasks.append(loop.create_task(
+                run_query(q, policy, backend, state, abort_on_deadline=abort)))
+        await asyncio.wait(tasks, timeout=max(0.0, horizon - loop.time()))
+        out: list[QueryResult | QueryInfo] = []
+        for q, t in zip(arrived, tasks, strict=True):
+            if t.done():
+                out.append(t.result())
+            else:
+                t.cancel()
+                out.append(q)  # timed out: reported, never dropped
+        done.set()
+        await asyncio.gather(*tasks, sampler, return_exceptions=True)
+        for m, r in engines.items():
+            slots = sum(e.max_num_seqs for e in r.engines)
+            result.summary.setdefault("batch_occupancy", {})[m] = round(float(np.mean(
+                [n for _, _, n in result.queue[m]])) / slots, 4)
+            result.summary.setdefault("preemptions", {})[m] = sum(
+                e.num_preemptions for e in r.engines)
+        return out
+
+    outs, result.simulated_s = run_simulated(main())
+    for o in outs:
+        _record(result, o, outcome, spec)
+    result.wall_s = time.perf_counter() - wall0
+    result.summary.update(summarize(result))
+    return result
+
+
+def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeModel,
+            spec: CellSpec) -> None:
+    base = {"policy": spec.policy, "rate_per_min": spec.workload.rate_per_min}
+    if isinstance(o, QueryInfo):
+        result.queries.append({**base, "query_id": o.query_id, "item_id": o.item_id,
+                               "category": o.category, "arrival_s": o.arrival_s,
+                               "budget_s": o.budget_s, "latency_s": float("nan"),
+                               "status": "timed_out", "answer": None, "correct": False,
+                               "within_budget": False, "topology": None, "k": 0, "n_calls": 0,
+                               "critical_path": 0})
+        return
+    q = o.query
+    correct = outcome.is_correct(q.item_id, o.answer)
+    graph = build_graph(o.plan)
+    result.queries.append({
+        **base, "query_id": q.query_id, "item_id": q.item_id, "category": q.category,
+        "arrival_s": q.arrival_s, "budget_s": q.budget_s, "latency_s": o.latency,
+        "status": o.status, "answer": o.answer, "correct": correct,
+        "within_budget": o.within_budget, "topology": o.plan.topology.value, "k": o.plan.k,
+        "n_calls": len(o.steps), "critical_path": graph.critical_path_len,
+    })
+    for s in o.steps:
+        result.calls.append({
+            **base, "query_id": q.query_id, "node_id": s.node_id, "role": s.role,
+            "kind": s.kind, "model": s.model, "strategy": s.strategy.value, "status": s.status,
+            "start_s": s.start, "end_s": s.end,
+            "ttft_s": None if s.first_token is None else s.first_token - s.start,
+            "latency_s": s.end - s.start, "prompt_tokens": s.prompt_tokens,
+            "output_tokens": s.output_tokens, "preemptions": s.num_preemptions,
+            "deadline_s": q.deadline,
+        })
+
+
+def _mix(values: list[str]) -> dict[str, float]:
+    c = Counter(v for v in values if v is not None)
+    n = sum(c.values()) or 1
+    return {k: round(v / n, 4) for k, v in sorted(c.items())}
+
+
+def summarize(r: CellResult) -> dict:
+    """The results.json row of one cell."""
+    qs, calls = r.queries, r.calls
+    n = len(qs)
+    lat = np.array([q["latency_s"] for q in qs if q["status"] != "timed_out"])
+    lat_all = np.where(np.isnan([q["latency_s"] for q in qs]), np.inf,
+                       [q["latency_s"] for q in qs])
+    goodput = sum(q["correct"] and q["within_budget"] for q in qs) / n
+    queue = {m: round(float(np.mean([w for _, w, _ in s])), 2) for m, s in r.queue.items()}
+    queue_max = {m: int(max(w for _, w, _ in s)) for m, s in r.queue.items()}
+    return {
+        "policy": r.spec.policy,
+        "rate_per_min": r.spec.workload.rate_per_min,
+        "n_queries": n,
+        "goodput": round(goodput, 4),
+        "accuracy": round(sum(q["correct"] for q in qs) / n, 4),
+        "slo_attainment": round(sum(q["within_budget"] for q in qs) / n, 4),
+        "latency_mean_s": round(float(lat.mean()), 3) if len(lat) else None,
+        "latency_p95_s": round(float(np.percentile(lat_all, 95)), 3),
+        "latency_p99_s": round(float(np.percentile(lat_all, 99)), 3),
+        "model_mix": _mix([c["model"] for c in calls]),
+        "strategy_mix": _mix([c["strategy"] for c in calls]),
+        "topology_mix": _mix([q["topology"] for q in qs]),
+        "calls_per_query": round(len(calls) / n, 3),
+        "timed_out": sum(q["status"] == "timed_out" for q in qs),
+        "queue_depth_mean": queue,
+        "queue_depth_max": queue_max,
+        "wall_s": round(r.wall_s, 3),
+        "simulated_s": round(r.simulated_s, 3),
+    }

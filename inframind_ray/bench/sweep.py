@@ -1,0 +1,79 @@
+"""A sweep: every (policy, rate) cell, in parallel processes, with a progress bar."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from inframind_ray.bench.runner import CellResult, CellSpec, run_cell
+from inframind_ray.config import PoolConfig
+from inframind_ray.twin.workload import WorkloadSpec, sample_items
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A whole benchmark."""
+
+    pool: PoolConfig
+    pool_source: str
+    policies: tuple[str, ...]
+    rates: tuple[float, ...]
+    n_queries: int
+    arrivals: str = "poisson"
+    split: str = "test"
+    budget_range_s: tuple[float, float] = (20.0, 90.0)
+    seed: int = 0
+    scheduling: str | None = None
+
+    def cells(self) -> list[CellSpec]:
+        """One cell per (policy, rate), rates outermost so slow cells start early."""
+        return [
+            CellSpec(
+                self.pool,
+                p,
+                WorkloadSpec(r, self.n_queries, self.arrivals, self.split, self.budget_range_s,
+                             self.seed),
+                self.scheduling,
+            )
+            for r in sorted(self.rates, reverse=True)
+            for p in self.policies
+        ]
+
+
+def run_sweep(spec: SweepSpec, jobs: int | None = None, progress: bool = True
+              ) -> tuple[list[CellResult], float]:
+    """Run every cell; return results in (policy, rate) order and the wall time."""
+    cells = spec.cells()
+    cells[0].workload.validate()
+    sample_items(cells[0].workload)  # fail here, in one line, not inside a worker
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(cells)))
+    t0 = time.perf_counter()
+    results: list[CellResult] = []
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), disable=not progress) as bar:
+        task = bar.add_task("simulating", total=len(cells))
+        if jobs == 1:
+            for c in cells:
+                results.append(run_cell(c))
+                bar.advance(task)
+        else:
+            ctx = mp.get_context("fork")
+            with ProcessPoolExecutor(jobs, mp_context=ctx) as ex:
+                futs = [ex.submit(run_cell, c) for c in cells]
+                for f in as_completed(futs):
+                    results.append(f.result())
+                    bar.advance(task)
+    order = {p: i for i, p in enumerate(spec.policies)}
+    results.sort(key=lambda r: (order[r.spec.policy], r.spec.workload.rate_per_min))
+    return results, time.perf_counter() - t0
+
+
+def sequence_arg(text: str, cast=float) -> Sequence:
+    """'10,30,50' -> (10.0, 30.0, 50.0)."""
+    return tuple(cast(x) for x in text.split(",") if x.strip())

@@ -1,0 +1,60 @@
+"""Loaders for the compact data the package ships (``inframind_ray/data``), cached per process."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+DATA = Path(str(resources.files("inframind_ray") / "data"))
+TRACES = ("azure_conv", "azure_code", "mooncake_conv")
+
+
+@lru_cache(maxsize=1)
+def questions() -> dict[str, np.ndarray | list]:
+    """MMLU-Pro questions sorted by id: question_id, category, question, options, answer, split."""
+    t = pq.read_table(DATA / "mmlu_pro" / "questions.parquet")
+    return {
+        "question_id": t.column("question_id").to_numpy(),
+        "category": np.array(t.column("category").to_pylist()),
+        "question": t.column("question").to_pylist(),
+        "options": t.column("options").to_pylist(),
+        "answer": np.array(t.column("answer").to_pylist()),
+        "split": np.array(t.column("split").to_pylist()),
+    }
+
+
+@lru_cache(maxsize=1)
+def outcomes() -> dict[str, dict[str, np.ndarray]]:
+    """Recorded answers per model, each array aligned with ``questions()['question_id']``."""
+    t = pq.read_table(DATA / "mmlu_pro" / "outcomes.parquet")
+    qids = questions()["question_id"]
+    models = np.array(t.column("model").to_pylist())
+    out: dict[str, dict[str, np.ndarray]] = {}
+    cols = {c: t.column(c).to_numpy(zero_copy_only=False) for c in
+            ("question_id", "pred", "correct", "gen_words")}
+    for m in np.unique(models):
+        sel = models == m
+        q = cols["question_id"][sel]
+        if not np.array_equal(q, qids):
+            raise ValueError(f"outcomes of {m} are not aligned with the questions")
+        out[str(m)] = {k: cols[k][sel] for k in ("pred", "correct", "gen_words")}
+    return out
+
+
+@lru_cache(maxsize=1)
+def profiles() -> dict:
+    """Fitted iteration-time profiles and model architectures (``profiles.json``)."""
+    return json.loads((DATA / "profiles.json").read_text())
+
+
+@lru_cache(maxsize=4)
+def trace(name: str) -> np.ndarray:
+    """Arrival times (seconds from the first request) of a shipped request trace."""
+    if name not in TRACES:
+        raise ValueError(f"unknown trace {name!r}; choose from {', '.join(TRACES)}")
+    return pq.read_table(DATA / "traces" / f"{name}.parquet").column("t_s").to_numpy()

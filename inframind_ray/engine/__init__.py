@@ -1,0 +1,1 @@
+"""Engine contracts shared by the twin and the serving plane: requests, queues, profiles."""

@@ -1,0 +1,83 @@
+"""One engine request and its state machine, shared by the twin and the serving plane."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class RequestStatus(enum.IntEnum):
+    """Lifecycle of a request; every status >= FINISHED is terminal."""
+
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    FINISHED = 3
+    ABORTED = 4
+    REJECTED = 5
+
+    @property
+    def is_finished(self) -> bool:
+        """True for terminal states."""
+        return self >= RequestStatus.FINISHED
+
+
+@dataclass(eq=False)
+class EngineRequest:
+    """A generation request as the engine sees it.
+
+    ``deadline`` is absolute on the engine's clock (the query's arrival + budget, inherited by every
+    agent call); ``output_tokens`` is how many tokens to generate (the twin knows it from the
+    outcome model; a real engine stops at EOS or ``max_tokens``).
+    """
+
+    request_id: str
+    prompt_tokens: int
+    output_tokens: int
+    deadline: float = float("inf")
+    arrival: float = 0.0
+    status: RequestStatus = RequestStatus.WAITING
+    num_generated: int = 0
+    first_scheduled: float | None = None
+    first_token: float | None = None
+    finished_at: float | None = None
+    num_preemptions: int = 0
+    seq: int = 0
+    events: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def context_len(self) -> int:
+        """Tokens held in the KV cache once (re)computed: prompt plus generated."""
+        return self.prompt_tokens + self.num_generated
+
+    @property
+    def remaining(self) -> int:
+        """Tokens still to generate."""
+        return self.output_tokens - self.num_generated
+
+    def record(self, event: str, t: float) -> None:
+        """Append a lifecycle event (the only place request timing is written)."""
+        self.events.append((event, t))
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """What ``generate`` returns: status and the measured timings (seconds, engine clock)."""
+
+    request_id: str
+    status: RequestStatus
+    output_tokens: int
+    arrival: float
+    first_token: float | None
+    finished_at: float
+    num_preemptions: int
+
+    @property
+    def queue_wait(self) -> float | None:
+        """Arrival to first token minus nothing: time before the first token, if any."""
+        return None if self.first_token is None else self.first_token - self.arrival
+
+    @property
+    def e2e(self) -> float:
+        """Arrival to end."""
+        return self.finished_at - self.arrival

@@ -1,0 +1,188 @@
+"""Policy contracts: what a planner and an executor see, and what they return.
+
+``Policy.plan`` is called once per query, ``Policy.decide`` once per agent node right before the
+call, with live load and the budget left. Both validate and dispatch to ``_plan`` / ``_decide``.
+The same objects serve the twin (simulated clock) and the serving plane (wall clock).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from inframind_ray.engine.profile import IterationProfile
+from inframind_ray.workflow.prompts import Strategy
+from inframind_ray.workflow.topology import AgentNode, Plan, Topology
+
+
+@dataclass(frozen=True)
+class QueryInfo:
+    """A query as policies see it. Times are on the driving clock (simulated or wall)."""
+
+    query_id: str
+    text: str
+    budget_s: float
+    arrival_s: float
+    category: str = "other"
+    item_id: int | None = None
+    prompt_tokens: int = 128
+    fewshot_tokens: int = 0  # extra prompt tokens of a DeepThink call (worked examples)
+    embedding: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def deadline(self) -> float:
+        """Absolute deadline, inherited by every agent call of the query."""
+        return self.arrival_s + self.budget_s
+
+
+@dataclass(frozen=True)
+class ModelLoad:
+    """Aggregated live metrics of one pool model (over its replicas)."""
+
+    model: str
+    replicas: int
+    waiting: int
+    running: int
+    kv_usage: float
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    timestamp: float
+    available: bool = True
+
+    def age(self, now: float) -> float:
+        """Seconds since the snapshot was taken."""
+        return max(0.0, now - self.timestamp)
+
+
+@dataclass(frozen=True)
+class SystemState:
+    """What the orchestrator knows of the pool at one instant."""
+
+    now: float
+    models: Mapping[str, ModelLoad]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Static facts of one pool model that policies may use (no recorded outcomes)."""
+
+    name: str
+    profile: IterationProfile
+    max_num_seqs: int
+    replicas: int
+    kv_capacity: int
+    max_tokens: Mapping[Strategy, int]
+    expected_tokens: Mapping[Strategy, float]
+    accuracy_by_category: Mapping[str, float]  # fitted on the TRAIN split only
+    accuracy: float  # train-split accuracy of its step-by-step answers
+
+
+@dataclass(frozen=True)
+class PoolInfo:
+    """The pool's models in config order."""
+
+    models: tuple[ModelInfo, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {m.name: m for m in self.models})
+
+    def __getitem__(self, name: str) -> ModelInfo:
+        return self._by_name[name]  # type: ignore[attr-defined]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Model names in config order."""
+        return tuple(m.name for m in self.models)
+
+    @property
+    def strongest(self) -> str:
+        """Highest train-split accuracy."""
+        return max(self.models, key=lambda m: m.accuracy).name
+
+
+ALL_STRATEGIES = tuple(Strategy)
+REASONING_STRATEGIES = (Strategy.CONCISE, Strategy.DEEPTHINK)
+
+
+def allowed_strategies(topology: Topology) -> tuple[Strategy, ...]:
+    """CoT demands reasoning; every other topology allows all strategies."""
+    return REASONING_STRATEGIES if topology is Topology.COT else ALL_STRATEGIES
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Everything the executor sees before one agent call."""
+
+    query: QueryInfo
+    plan: Plan
+    node: AgentNode
+    remaining_depth: int  # sequential calls left on the critical path, this one included
+    now: float
+    state: SystemState
+    upstream_models: tuple[str, ...] = ()
+    upstream_tokens: int = 0
+
+    @property
+    def remaining_budget_s(self) -> float:
+        """Seconds until the query's deadline."""
+        return self.query.deadline - self.now
+
+    @property
+    def allowed(self) -> tuple[Strategy, ...]:
+        """Strategies this node may use."""
+        return allowed_strategies(self.plan.topology)
+
+    def prompt_tokens(self, strategy: Strategy) -> int:
+        """Prompt length of this call under a strategy (question, examples, upstream outputs)."""
+        return prompt_tokens(self.query, strategy, self.upstream_tokens)
+
+
+def prompt_tokens(query: QueryInfo, strategy: Strategy, upstream_tokens: int = 0) -> int:
+    """Prompt tokens of one call: DeepThink carries the few-shot examples."""
+    shots = query.fewshot_tokens if strategy is Strategy.DEEPTHINK else 0
+    return query.prompt_tokens + shots + upstream_tokens
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """The executor's choice for one agent call."""
+
+    model: str
+    strategy: Strategy
+
+
+class Policy(ABC):
+    """Planner + executor. Subclasses implement ``_plan`` and ``_decide``."""
+
+    name: ClassVar[str] = "policy"
+
+    def __init__(self, pool: PoolInfo, seed: int = 0) -> None:
+        self.pool = pool
+        self.seed = seed
+
+    def plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        """Choose topology, K and roles once per query. Do not override."""
+        plan = self._plan(query, state)
+        if not isinstance(plan, Plan):
+            raise TypeError(f"{self.name}: _plan returned {type(plan).__name__}, not Plan")
+        return plan
+
+    def decide(self, ctx: StepContext) -> StepDecision:
+        """Choose model and strategy for one agent call. Do not override."""
+        d = self._decide(ctx)
+        if d.model not in self.pool.names:
+            raise ValueError(f"{self.name}: chose unknown model {d.model!r}")
+        if d.strategy not in ctx.allowed:
+            raise ValueError(f"{self.name}: strategy {d.strategy.value} not allowed here")
+        return d
+
+    @abstractmethod
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan: ...
+
+    @abstractmethod
+    def _decide(self, ctx: StepContext) -> StepDecision: ...

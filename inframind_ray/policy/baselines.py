@@ -1,0 +1,207 @@
+"""Baseline policies, and the registry that maps CLI names to classes.
+
+Names on the command line and in results: always-strongest, static-task, moa, random,
+round-robin, least-loaded, infra-heuristic, oracle.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+
+from inframind_ray.policy.base import (
+    Policy,
+    PoolInfo,
+    QueryInfo,
+    StepContext,
+    StepDecision,
+    SystemState,
+)
+from inframind_ray.policy.latency import predict_latency
+from inframind_ray.workflow.prompts import Strategy
+from inframind_ray.workflow.topology import NodeKind, Plan, Topology
+
+IO_PLAN = Plan.make(Topology.IO)
+SAFETY = 0.85  # fraction of the per-step budget a predicted latency may use
+
+
+class AlwaysStrongest(Policy):
+    """Every query: one agent, the strongest model (train-split accuracy), step by step."""
+
+    name = "always-strongest"
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        return IO_PLAN
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        return StepDecision(self.pool.strongest, Strategy.DEEPTHINK)
+
+
+class StaticTask(Policy):
+    """Task-only routing (MasRouter-like): best model per category on the train split."""
+
+    name = "static-task"
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        return IO_PLAN
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        cat = ctx.query.category
+        best = max(self.pool.models, key=lambda m: (m.accuracy_by_category.get(cat, m.accuracy)))
+        return StepDecision(best.name, Strategy.DEEPTHINK)
+
+
+class MoA(Policy):
+    """Mixture-of-agents: every pool model proposes in parallel, the strongest aggregates."""
+
+    name = "moa"
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        return Plan.make(Topology.DEBATE, k=len(self.pool.models), rounds=1)
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        if ctx.node.kind is NodeKind.AGGREGATOR:
+            return StepDecision(self.pool.strongest, Strategy.DEEPTHINK)
+        return StepDecision(self.pool.names[ctx.node.slot % len(self.pool.names)],
+                            Strategy.DEEPTHINK)
+
+
+class RandomPolicy(Policy):
+    """Uniform random topology, K, model and strategy (seeded per query and node)."""
+
+    name = "random"
+
+    def _rng(self, *keys: object) -> np.random.Generator:
+        return np.random.default_rng([self.seed, *(zlib.crc32(str(k).encode()) for k in keys)])
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        rng = self._rng(query.query_id, "plan")
+        topo = list(Topology)[rng.integers(len(Topology))]
+        return Plan.make(topo, k=int(rng.integers(2, 5)))
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        rng = self._rng(ctx.query.query_id, ctx.node.id)
+        model = self.pool.names[rng.integers(len(self.pool.names))]
+        return StepDecision(model, ctx.allowed[rng.integers(len(ctx.allowed))])
+
+
+class RoundRobin(Policy):
+    """One agent per query; models in turn, step by step."""
+
+    name = "round-robin"
+
+    def __init__(self, pool: PoolInfo, seed: int = 0) -> None:
+        super().__init__(pool, seed)
+        self._next = 0
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        return IO_PLAN
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        model = self.pool.names[self._next % len(self.pool.names)]
+        self._next += 1
+        return StepDecision(model, Strategy.DEEPTHINK)
+
+
+class LeastLoaded(Policy):
+    """One agent per query; join the shortest queue (requests per sequence slot)."""
+
+    name = "least-loaded"
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        return IO_PLAN
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        def load(m):
+            ld = ctx.state.models[m.name]
+            return ((ld.waiting + ld.running) / (m.max_num_seqs * ld.replicas), -m.accuracy)
+
+        best = min((m for m in self.pool.models if ctx.state.models[m.name].available), key=load)
+        return StepDecision(best.name, Strategy.DEEPTHINK)
+
+
+class InfraHeuristic(Policy):
+    """Best expected accuracy among (model, strategy) whose predicted finish fits the budget.
+
+    Expected accuracy = train accuracy of the model on the query's category x the strategy's
+    retention (the same named assumption the twin uses; a deployment would fit it). The budget
+    left is split evenly over the sequential calls left. If nothing fits, the fastest choice.
+    """
+
+    name = "infra-heuristic"
+
+    def __init__(self, pool: PoolInfo, seed: int = 0,
+                 retention: dict[Strategy, float] | None = None) -> None:
+        super().__init__(pool, seed)
+        from inframind_ray.assumptions import STRATEGY_RETENTION
+
+        self.retention = retention or STRATEGY_RETENTION
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        return IO_PLAN
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        per_step = ctx.remaining_budget_s / max(1, ctx.remaining_depth) * SAFETY
+        best, best_key, fastest, fastest_t = None, None, None, float("inf")
+        for m in self.pool.models:
+            load = ctx.state.models[m.name]
+            if not load.available:
+                continue
+            acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
+            for s in ctx.allowed:
+                t = predict_latency(m, load, ctx.prompt_tokens(s), m.expected_tokens[s])
+                if t < fastest_t:
+                    fastest, fastest_t = StepDecision(m.name, s), t
+                if t <= per_step:
+                    key = (acc * self.retention[s], -t)
+                    if best_key is None or key > best_key:
+                        best, best_key = StepDecision(m.name, s), key
+        return best or fastest
+
+
+class Oracle(Policy):
+    """Upper reference: knows the recorded outcome of every (item, model, strategy) and the true
+    queue state; picks the fastest choice that answers correctly. Not a competitor."""
+
+    name = "oracle"
+
+    def __init__(self, pool: PoolInfo, seed: int = 0,
+                 is_correct: Callable[[QueryInfo, str, Strategy], bool] | None = None) -> None:
+        super().__init__(pool, seed)
+        if is_correct is None:
+            raise ValueError("oracle needs the recorded outcomes (twin only)")
+        self.is_correct = is_correct
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        return IO_PLAN
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        scored = []
+        for m in self.pool.models:
+            load = ctx.state.models[m.name]
+            for s in ctx.allowed:
+                t = predict_latency(m, load, ctx.prompt_tokens(s), m.expected_tokens[s])
+                ok = self.is_correct(ctx.query, m.name, s)
+                scored.append((not ok, t, m.name, s))
+        _, _, model, strategy = min(scored, key=lambda x: (x[0], x[1]))
+        return StepDecision(model, strategy)
+
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (AlwaysStrongest, StaticTask, MoA, RandomPolicy, RoundRobin, LeastLoaded,
+                InfraHeuristic, Oracle)
+}
+
+
+def make_policy(name: str, pool: PoolInfo, seed: int = 0, **extra) -> Policy:
+    """Build a policy by CLI name (``oracle`` needs ``is_correct``)."""
+    try:
+        cls = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
+    if cls is Oracle:
+        return cls(pool, seed, is_correct=extra.get("is_correct"))
+    return cls(pool, seed)

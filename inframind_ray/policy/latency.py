@@ -1,0 +1,31 @@
+"""Latency prediction from live load and a model's profile (the executor's "price list")."""
+
+from __future__ import annotations
+
+import math
+
+from inframind_ray.policy.base import ModelInfo, ModelLoad
+
+
+def predict_latency(
+    info: ModelInfo, load: ModelLoad, prompt_tokens: int, out_tokens: float
+) -> float:
+    """Predicted seconds from submission to last token of one new request.
+
+    Queue wait: requests beyond the free sequence slots wait, on average, their share of the
+    in-flight work (e2e EWMA per slot). Service: one prefill iteration and ``out_tokens - 1``
+    decode iterations at the batch size the request will join.
+    """
+    slots = info.max_num_seqs * max(1, load.replicas)
+    per_replica = math.ceil((load.running + 1) / max(1, load.replicas))
+    batch = max(1, min(info.max_num_seqs, per_replica))
+    kv = load.kv_usage * info.kv_capacity
+    p = info.profile
+    service = p.iteration_time(prompt_tokens, batch - 1, kv) + max(0.0, out_tokens - 1) * (
+        p.iteration_time(0, batch, kv)
+    )
+    excess = load.waiting + load.running + 1 - slots
+    if excess <= 0:
+        return service
+    per_request = load.e2e_s if load.e2e_s > 0 else service
+    return service + excess / slots * per_request

@@ -1,0 +1,64 @@
+"""Twin backend: agent calls become engine requests whose answers are the recorded answers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from inframind_ray.engine.request import EngineRequest, RequestStatus
+from inframind_ray.policy.base import prompt_tokens as prompt_tokens_of
+from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.twin.pool import ModelReplicas
+from inframind_ray.workflow.prompts import extract_answer, format_answer
+from inframind_ray.workflow.runner import AgentCall, AgentResult
+
+_STATUS = {RequestStatus.FINISHED: "ok", RequestStatus.REJECTED: "rejected",
+           RequestStatus.ABORTED: "deadline"}
+
+
+class TwinBackend:
+    """Routes each call to a replica of its model (join-shortest-queue) in the twin."""
+
+    def __init__(self, replicas: dict[str, ModelReplicas], outcome: OutcomeModel) -> None:
+        self.replicas = replicas
+        self.outcome = outcome
+        self._ids = itertools.count()
+
+    async def call(self, call: AgentCall) -> AgentResult:
+        """Ask the outcome model what the agent says and how long it is, then let an engine
+        generate that many tokens."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        q = call.query
+        ups = [u.output_tokens for u in call.upstream if u.status == "ok"]
+        if q.item_id is not None:
+            letters = [extract_answer(u.text) for u in call.upstream if u.status == "ok"]
+            letter, tokens = self.outcome.respond(
+                q.item_id, call.model, call.strategy, call.node.kind, letters
+            )
+            text_ok = format_answer(letter)
+        else:
+            letter, tokens = None, round(self.outcome.expected_tokens[call.model][call.strategy])
+            text_ok = "[simulated response: the twin replays recorded benchmark answers only]"
+        if tokens > call.max_tokens:
+            tokens, text_ok = call.max_tokens, format_answer(None)
+        prompt_tokens = prompt_tokens_of(q, call.strategy, sum(ups))
+        req = EngineRequest(f"{q.query_id}/{call.node.id}/{next(self._ids)}", prompt_tokens, tokens,
+                            deadline=call.deadline)
+        res = await self.replicas[call.model].pick().generate(req)
+        status = _STATUS.get(res.status, "error")
+        return AgentResult(
+            node_id=call.node.id,
+            role=call.node.role,
+            kind=call.node.kind.value,
+            model=call.model,
+            strategy=call.strategy,
+            status=status,
+            text=text_ok if status == "ok" else None,
+            start=start,
+            end=res.finished_at,
+            first_token=res.first_token,
+            prompt_tokens=prompt_tokens,
+            output_tokens=res.output_tokens,
+            num_preemptions=res.num_preemptions,
+        )

@@ -1,0 +1,289 @@
+"""Engine model: one vLLM-style continuous-batching replica, driven by its asyncio loop's clock.
+
+No prefill or decode *phase* exists: every iteration admits waiting requests in queue order while
+there is a free sequence slot, KV room and token budget (their whole context is prefilled in that
+iteration), and every running request emits one token. Under KV pressure the request with the
+lowest priority (latest deadline under EDF, latest arrival under FCFS) is preempted by recompute.
+
+Speed comes from skipping: when no admission can happen until some request finishes (or the KV
+cache fills), a *span* of k identical decode iterations is scheduled as one timer. A new arrival or
+an abort truncates the span to the next iteration boundary, so behaviour matches iteration-level
+simulation except that a span's iteration time uses the KV size at its midpoint.
+
+The same class runs on the simulated clock (twin) and on the wall clock (the serving plane's twin
+engine): it only calls ``loop.time()`` and ``loop.call_at``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from dataclasses import dataclass
+
+from inframind_ray.engine.profile import IterationProfile
+from inframind_ray.engine.request import EngineRequest, EngineResult, RequestStatus
+from inframind_ray.engine.request_queue import SchedulingPolicy, create_request_queue
+
+EWMA_ALPHA = 0.2
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    """Live load of one replica (what a replica pushes to the orchestrator)."""
+
+    waiting: int
+    running: int
+    max_num_seqs: int
+    kv_used: int
+    kv_capacity: int
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    num_preemptions: int
+    timestamp: float
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of the KV cache in use."""
+        return self.kv_used / self.kv_capacity
+
+
+class TwinEngine:
+    """A simulated engine replica. ``await generate(req)`` returns when the request ends."""
+
+    max_span: int | None = None  # cap on iterations per timer (1 = plain iteration-level)
+
+    def __init__(
+        self,
+        name: str,
+        profile: IterationProfile,
+        *,
+        max_num_seqs: int,
+        kv_capacity_tokens: int,
+        max_batched_tokens: int = 8192,
+        scheduling: SchedulingPolicy | str = SchedulingPolicy.EDF,
+    ) -> None:
+        if max_num_seqs < 1 or kv_capacity_tokens < 1 or max_batched_tokens < 1:
+            raise ValueError("max_num_seqs, kv_capacity_tokens, max_batched_tokens must be >= 1")
+        self.name = name
+        self.profile = profile
+        self.max_num_seqs = max_num_seqs
+        self.kv_capacity = kv_capacity_tokens
+        self.max_batched_tokens = max_batched_tokens
+        self.policy = SchedulingPolicy(scheduling)
+        self.waiting = create_request_queue(self.policy)
+        self.running: list[EngineRequest] = []
+        self.kv_used = 0
+        self.max_kv_used = 0
+        self.num_preemptions = 0
+        self._counter = itertools.count()
+        self._futures: dict[int, asyncio.Future] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._span: tuple[float, float, int] | None = None  # (start, dt, k)
+        self._prefilling: set[int] = set()
+        self._ewma = {"ttft": 0.0, "tpot": 0.0, "e2e": 0.0}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.trace: list[tuple[float, str, str]] | None = None  # (time, event, request id)
+
+    # ------------------------------------------------------------------ public API
+    async def generate(self, req: EngineRequest) -> EngineResult:
+        """Submit ``req`` and wait for it to finish; cancelling the caller aborts the request."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        now = loop.time()
+        req.arrival = now
+        req.seq = next(self._counter)
+        req.record("arrival", now)
+        if req.prompt_tokens + req.output_tokens > self.kv_capacity or req.output_tokens < 1:
+            req.status = RequestStatus.REJECTED
+            return self._result(req, now)
+        fut = loop.create_future()
+        self._futures[id(req)] = fut
+        self.waiting.add(req)
+        self._log(now, "arrive", req)
+        self._wake(now)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self.abort(req)
+            raise
+
+    def abort(self, req: EngineRequest) -> None:
+        """Remove a waiting or running request and free its KV cache."""
+        if req.status.is_finished:
+            return
+        now = self._loop.time() if self._loop else 0.0
+        if req.status == RequestStatus.RUNNING:
+            self._settle_span(now)
+            if req.status.is_finished:
+                return
+            self.running.remove(req)
+            self._prefilling.discard(id(req))
+            self.kv_used -= req.context_len
+        else:
+            self.waiting.remove(req)
+        req.status = RequestStatus.ABORTED
+        self._log(now, "abort", req)
+        self._finish(req, now)
+        self._wake(now)
+
+    def snapshot(self) -> EngineSnapshot:
+        """Current load and latency EWMAs."""
+        now = self._loop.time() if self._loop else 0.0
+        return EngineSnapshot(
+            waiting=len(self.waiting),
+            running=len(self.running),
+            max_num_seqs=self.max_num_seqs,
+            kv_used=self.kv_used,
+            kv_capacity=self.kv_capacity,
+            ttft_s=self._ewma["ttft"],
+            tpot_s=self._ewma["tpot"],
+            e2e_s=self._ewma["e2e"],
+            num_preemptions=self.num_preemptions,
+            timestamp=now,
+        )
+
+    # ------------------------------------------------------------------ scheduling
+    def _log(self, t: float, event: str, req: EngineRequest) -> None:
+        if self.trace is not None:
+            self.trace.append((t, event, req.request_id))
+
+    def _wake(self, now: float) -> None:
+        """React to a new arrival or an abort: schedule now if idle, else cut the span short."""
+        if self._timer is None:
+            self._schedule(now)
+            return
+        start, dt, k = self._span
+        done = math.floor((now - start) / dt + 1e-9)
+        if done + 1 < k:
+            self._timer.cancel()
+            self._span = (start, dt, done + 1)
+            self._timer = self._loop.call_at(start + (done + 1) * dt, self._on_span_end)
+
+    def _settle_span(self, now: float) -> None:
+        """Apply the iterations of the current span completed by ``now`` (before an abort)."""
+        if self._span is None:
+            return
+        start, dt, k = self._span
+        done = min(k, math.floor((now - start) / dt + 1e-9))
+        if done <= 0 or self._prefilling:
+            return
+        self._timer.cancel()
+        boundary = start + done * dt
+        self._advance(done, boundary)
+        self._schedule(boundary)
+
+    def _admit(self, now: float) -> int:
+        """Admit waiting requests in queue order; return prompt tokens to prefill."""
+        budget = self.max_batched_tokens
+        prefill = 0
+        while len(self.waiting) and len(self.running) < self.max_num_seqs:
+            req = self.waiting.peek()
+            need = req.context_len
+            if self.kv_used + need + len(self.running) + 1 > self.kv_capacity:
+                break  # head-of-line blocking on KV, as vLLM does
+            if prefill and prefill + need > budget:
+                break
+            self.waiting.pop()
+            req.status = RequestStatus.RUNNING
+            if req.first_scheduled is None:
+                req.first_scheduled = now
+            req.record("scheduled", now)
+            self._log(now, "schedule", req)
+            self.running.append(req)
+            self._prefilling.add(id(req))
+            self.kv_used += need
+            prefill += need
+        return prefill
+
+    def _preempt_for(self, growth: int, now: float) -> None:
+        """Preempt lowest-priority running requests until ``growth`` more tokens fit."""
+        key = self.waiting.victim_key
+        while self.running and self.kv_used + growth > self.kv_capacity:
+            victim = max(self.running, key=key)
+            self.running.remove(victim)
+            self._prefilling.discard(id(victim))
+            self.kv_used -= victim.context_len
+            victim.status = RequestStatus.PREEMPTED
+            victim.num_preemptions += 1
+            self.num_preemptions += 1
+            victim.record("preempted", now)
+            self._log(now, "preempt", victim)
+            self.waiting.prepend(victim)
+            growth = len(self.running)
+
+    def _schedule(self, now: float) -> None:
+        """Plan the next iteration (or span of decode iterations) starting at ``now``."""
+        self._timer = None
+        self._span = None
+        prefill = self._admit(now)
+        if not self.running:
+            return
+        self._preempt_for(len(self.running), now)
+        if not self.running:
+            self._schedule(now)
+            return
+        prefill = sum(r.context_len for r in self.running if id(r) in self._prefilling)
+        n = len(self.running)
+        decode = n - len(self._prefilling)
+        if prefill:
+            k = 1
+            dt = self.profile.iteration_time(prefill, decode, self.kv_used)
+        else:
+            k = min(r.remaining for r in self.running)
+            k = max(1, min(k, (self.kv_capacity - self.kv_used) // n, self.max_span or k))
+            dt = self.profile.iteration_time(0, n, self.kv_used + n * (k - 1) / 2)
+        self._span = (now, dt, k)
+        self._timer = self._loop.call_at(now + k * dt, self._on_span_end)
+
+    def _advance(self, k: int, t_end: float) -> None:
+        """Every running request emits ``k`` tokens by ``t_end``; finished ones leave."""
+        done: list[EngineRequest] = []
+        for req in self.running:
+            if req.first_token is None:
+                req.first_token = t_end
+                req.record("first_token", t_end)
+            req.num_generated += k
+            self.kv_used += k
+            if req.remaining <= 0:
+                done.append(req)
+        self._prefilling.clear()
+        self.max_kv_used = max(self.max_kv_used, self.kv_used)
+        for req in done:
+            self.running.remove(req)
+            self.kv_used -= req.context_len
+            req.status = RequestStatus.FINISHED
+            self._log(t_end, "finish", req)
+            self._finish(req, t_end)
+
+    def _on_span_end(self) -> None:
+        now = self._loop.time()
+        _, _, k = self._span
+        self._advance(k, now)
+        self._schedule(now)
+
+    def _finish(self, req: EngineRequest, now: float) -> None:
+        req.finished_at = now
+        req.record("finished", now)
+        if req.status == RequestStatus.FINISHED:
+            a = EWMA_ALPHA
+            ttft = req.first_token - req.arrival
+            tpot = (now - req.first_token) / max(1, req.num_generated - 1)
+            for key, v in (("ttft", ttft), ("tpot", tpot), ("e2e", now - req.arrival)):
+                self._ewma[key] = v if self._ewma[key] == 0 else (1 - a) * self._ewma[key] + a * v
+        fut = self._futures.pop(id(req), None)
+        if fut is not None and not fut.done():
+            fut.set_result(self._result(req, now))
+
+    @staticmethod
+    def _result(req: EngineRequest, now: float) -> EngineResult:
+        return EngineResult(
+            request_id=req.request_id,
+            status=req.status,
+            output_tokens=req.num_generated,
+            arrival=req.arrival,
+            first_token=req.first_token,
+            finished_at=now,
+            num_preemptions=req.num_preemptions,
+        )

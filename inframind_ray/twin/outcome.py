@@ -1,0 +1,177 @@
+"""Outcome model: a pool model's answer to an MMLU-Pro item IS the recorded answer of the real model
+it stands for (step-by-step strategy); other strategies and multi-agent rounds follow the named
+assumptions in ``inframind_ray.assumptions``. Deterministic: the same (item, model, strategy,
+inputs) always gives the same answer, whatever the order of events."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from inframind_ray import assumptions as A
+from inframind_ray import data
+from inframind_ray.workflow.prompts import LETTERS, Strategy
+from inframind_ray.workflow.topology import NodeKind
+
+
+def _u(*keys: object) -> float:
+    """A deterministic uniform number in [0, 1) from the keys."""
+    h = hashlib.blake2b(repr(keys).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") / 2.0**64
+
+
+def plurality(letters: Sequence[str], prefer: str | None = None) -> str | None:
+    """Most common letter; ties go to ``prefer`` if tied, else to the earliest in ``letters``."""
+    if not letters:
+        return None
+    counts = Counter(letters)
+    top = max(counts.values())
+    tied = [x for x in letters if counts[x] == top]
+    return prefer if prefer in tied else tied[0]
+
+
+class OutcomeModel:
+    """Answers and output lengths of pool models on MMLU-Pro items.
+
+    ``recorded_of`` maps pool model name -> recorded model name (see ``data.outcomes()``).
+    """
+
+    def __init__(self, recorded_of: Mapping[str, str], seed: int = 0) -> None:
+        q = data.questions()
+        rec = data.outcomes()
+        unknown = [r for r in recorded_of.values() if r not in rec]
+        if unknown:
+            raise ValueError(f"no recorded answers for {unknown}")
+        self.seed = seed
+        self.qids = q["question_id"]
+        self._index = {int(x): i for i, x in enumerate(self.qids)}
+        self.answers = q["answer"]
+        self.categories = q["category"]
+        self.splits = q["split"]
+        self.n_options = np.array([len(o) for o in q["options"]])
+        words = np.array(
+            [len(t.split()) + sum(len(o.split()) for o in opts)
+             for t, opts in zip(q["question"], q["options"], strict=True)]
+        )
+        self.prompt_tokens = (np.ceil(words * A.TOKENS_PER_WORD).astype(int)
+                              + A.PROMPT_OVERHEAD_TOKENS)
+        self._rec = {m: rec[r] for m, r in recorded_of.items()}
+        self.fewshot_tokens = self._fewshot_tokens(rec, words)
+        self._full = {
+            m: np.maximum(8, np.ceil(r["gen_words"] * A.TOKENS_PER_WORD)).astype(int)
+            for m, r in self._rec.items()
+        }
+        train = self.splits == "train"
+        self.max_tokens: dict[str, dict[Strategy, int]] = {}
+        self.expected_tokens: dict[str, dict[Strategy, float]] = {}
+        for m, full in self._full.items():
+            cap = int(np.quantile(full[train], A.MAX_TOKENS_QUANTILE))
+            self.max_tokens[m] = {
+                Strategy.FLASH: A.STRATEGY_LENGTH[Strategy.FLASH][2],
+                Strategy.CONCISE: A.STRATEGY_LENGTH[Strategy.CONCISE][2],
+                Strategy.DEEPTHINK: cap,
+            }
+            self.expected_tokens[m] = {
+                s: float(np.minimum(self._tokens(full[train], s), self.max_tokens[m][s]).mean())
+                for s in Strategy
+            }
+
+    def _fewshot_tokens(self, rec: Mapping[str, Mapping[str, np.ndarray]],
+                        q_words: np.ndarray) -> np.ndarray:
+        """Per item: tokens of the category's worked examples (assumption FEW_SHOT_EXAMPLES)."""
+        train = self.splits == "train"
+        cot_words = np.mean([r["gen_words"] for r in rec.values()], axis=0)
+        out = np.zeros(len(self.qids), int)
+        for c in np.unique(self.categories):
+            sel = self.categories == c
+            per = (q_words[sel & train].mean() + cot_words[sel & train].mean()) * A.TOKENS_PER_WORD
+            out[sel] = int(round(A.FEW_SHOT_EXAMPLES * per))
+        return out
+
+    # ------------------------------------------------------------------ lookups
+    def index(self, item_id: int) -> int:
+        """Row of an item id; KeyError with a clear message if unknown."""
+        try:
+            return self._index[int(item_id)]
+        except KeyError:
+            raise KeyError(f"unknown MMLU-Pro question id {item_id}") from None
+
+    def recorded(self, model: str, item_id: int) -> tuple[str | None, bool, int]:
+        """(recorded letter, recorded correct, recorded length in tokens) of a pool model."""
+        i = self.index(item_id)
+        r = self._rec[model]
+        pred = str(r["pred"][i]) or None
+        return pred, bool(r["correct"][i]), int(self._full[model][i])
+
+    def is_correct(self, item_id: int, letter: str | None) -> bool:
+        """Grade a letter against the item's answer."""
+        return letter is not None and letter == self.answers[self.index(item_id)]
+
+    def train_accuracy(self, model: str) -> tuple[float, dict[str, float]]:
+        """Overall and per-category accuracy of the recorded answers on the TRAIN split."""
+        train = self.splits == "train"
+        correct = self._rec[model]["correct"]
+        by_cat = {
+            str(c): float(correct[train & (self.categories == c)].mean())
+            for c in np.unique(self.categories)
+        }
+        return float(correct[train].mean()), by_cat
+
+    @staticmethod
+    def _tokens(full: np.ndarray | int, s: Strategy) -> np.ndarray | int:
+        frac, lo, hi = A.STRATEGY_LENGTH[s]
+        return np.clip(np.round(np.asarray(full) * frac), lo, hi).astype(int)
+
+    # ------------------------------------------------------------------ answers
+    def strategy_answer(
+        self, item_id: int, model: str, strategy: Strategy
+    ) -> tuple[str | None, int]:
+        """A lone agent's (letter, output tokens) under a strategy."""
+        pred, correct, full = self.recorded(model, item_id)
+        tokens = int(self._tokens(full, strategy))
+        keep = _u(self.seed, item_id, model, strategy.value, "keep")
+        if strategy is Strategy.DEEPTHINK or not correct or keep < A.STRATEGY_RETENTION[strategy]:
+            letter = pred  # recorded answer (a wrong one stays wrong under every strategy)
+        else:
+            n = int(self.n_options[self.index(item_id)])
+            wrong = [x for x in LETTERS[:n] if x != pred]
+            letter = wrong[int(_u(self.seed, item_id, model, strategy.value, "wrong") * len(wrong))]
+        if tokens > self.max_tokens[model][strategy]:
+            return None, self.max_tokens[model][strategy]  # truncated: no answer
+        return letter, tokens
+
+    def respond(
+        self,
+        item_id: int,
+        model: str,
+        strategy: Strategy,
+        kind: NodeKind,
+        upstream: Sequence[str | None] = (),
+    ) -> tuple[str | None, int]:
+        """(letter, output tokens) of one agent node given its upstream answers."""
+        own, tokens = self.strategy_answer(item_id, model, strategy)
+        ups = [u for u in upstream if u]
+        if kind is NodeKind.SOLVER or not ups:
+            return own, tokens
+        if kind is NodeKind.AGGREGATOR:
+            votes = ups + ([own] if own and A.AGGREGATOR_VOTES_ITSELF else [])
+            return plurality(votes, prefer=own), tokens
+        peer = plurality(ups)
+        if own == peer:
+            return own, tokens
+        truth = self.answers[self.index(item_id)]
+        key = (self.seed, item_id, model, strategy.value, tuple(ups))
+        if own != truth and peer == truth and _u(*key, "adopt") < A.P_ADOPT_CORRECT:
+            return peer, tokens
+        if own == truth and peer != truth and _u(*key, "switch") < A.P_SWITCH_TO_WRONG:
+            return peer, tokens
+        return own, tokens
+
+
+def tokens_for_words(words: int) -> int:
+    """Words to tokens with the named factor."""
+    return math.ceil(words * A.TOKENS_PER_WORD)

@@ -1,0 +1,156 @@
+"""Run one query's agent DAG: the same code on the simulated clock (twin) and wall clock (Serve).
+
+Independent nodes run concurrently as asyncio tasks; each node asks the executor right before its
+call, with the budget left and live load. Every node inherits the query's deadline. Latency is
+taken from timestamps recorded at real call boundaries (never from a formula): the query ends when
+its last node ends, the final aggregator included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from inframind_ray.policy.base import Policy, QueryInfo, StepContext, SystemState
+from inframind_ray.workflow.prompts import Strategy, build_prompt, extract_answer
+from inframind_ray.workflow.topology import AgentNode, Plan, build_graph
+
+
+@dataclass(frozen=True)
+class AgentCall:
+    """One agent call as sent to a backend."""
+
+    query: QueryInfo
+    node: AgentNode
+    model: str
+    strategy: Strategy
+    prompt: str
+    upstream: tuple[AgentResult, ...]
+    max_tokens: int
+    deadline: float
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """The outcome of one agent call; times are on the driving clock."""
+
+    node_id: int
+    role: str
+    kind: str
+    model: str
+    strategy: Strategy
+    status: str  # ok | deadline | rejected | error
+    text: str | None
+    start: float
+    end: float
+    first_token: float | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    num_preemptions: int = 0
+
+    @property
+    def answer(self) -> str | None:
+        """The extracted option letter."""
+        return extract_answer(self.text) if self.status == "ok" else None
+
+
+class AgentBackend(Protocol):
+    """Executes agent calls (twin engines, Serve deployment handles, remote endpoints)."""
+
+    async def call(self, call: AgentCall) -> AgentResult:
+        """Run the call; may be cancelled (the backend must then abort the engine request)."""
+        ...
+
+
+@dataclass
+class QueryResult:
+    """One query end to end."""
+
+    query: QueryInfo
+    plan: Plan
+    steps: list[AgentResult] = field(default_factory=list)
+    answer: str | None = None
+    end: float = 0.0
+    status: str = "ok"  # ok | deadline | timed_out | error
+
+    @property
+    def latency(self) -> float:
+        """Arrival to the end of the last agent call."""
+        return self.end - self.query.arrival_s
+
+    @property
+    def within_budget(self) -> bool:
+        """The final response was delivered by the deadline (SLO met, right or wrong)."""
+        return self.status == "ok" and self.end <= self.query.deadline + 1e-9
+
+
+async def run_query(
+    query: QueryInfo,
+    policy: Policy,
+    backend: AgentBackend,
+    state_fn: Callable[[], SystemState],
+    *,
+    abort_on_deadline: bool = True,
+) -> QueryResult:
+    """Plan, run the DAG with parallel independent nodes, return the final answer and the trace."""
+    loop = asyncio.get_running_loop()
+    plan = policy.plan(query, state_fn())
+    graph = build_graph(plan)
+    tasks: dict[int, asyncio.Task[AgentResult]] = {}
+
+    async def run_node(node: AgentNode) -> AgentResult:
+        ups = tuple([await tasks[d] for d in node.deps])
+        now = loop.time()
+        ctx = StepContext(
+            query=query,
+            plan=plan,
+            node=node,
+            remaining_depth=graph.remaining_depth(node.id),
+            now=now,
+            state=state_fn(),
+            upstream_models=tuple(u.model for u in ups),
+            upstream_tokens=sum(u.output_tokens for u in ups if u.status == "ok"),
+        )
+        d = policy.decide(ctx)
+        texts = [u.text for u in ups if u.status == "ok" and u.text]
+        call = AgentCall(
+            query=query,
+            node=node,
+            model=d.model,
+            strategy=d.strategy,
+            prompt=build_prompt(query.text, node.role, node.kind.value, d.strategy, texts),
+            upstream=ups,
+            max_tokens=policy.pool[d.model].max_tokens[d.strategy],
+            deadline=query.deadline,
+        )
+        remaining = query.deadline - now
+        if abort_on_deadline and remaining <= 0:
+            return _failed(node, d.model, d.strategy, "deadline", now, now)
+        try:
+            if abort_on_deadline:
+                return await asyncio.wait_for(backend.call(call), remaining)
+            return await backend.call(call)
+        except TimeoutError:
+            return _failed(node, d.model, d.strategy, "deadline", now, loop.time())
+
+    for node in graph.nodes:  # topological order: deps already have tasks
+        tasks[node.id] = loop.create_task(run_node(node))
+    try:
+        steps = list(await asyncio.gather(*tasks.values()))
+    except asyncio.CancelledError:
+        for t in tasks.values():
+            t.cancel()
+        raise
+    final = steps[-1]
+    result = QueryResult(query, plan, steps, final.answer, max(s.end for s in steps))
+    if final.status != "ok":
+        result.status = final.status
+    return result
+
+
+def _failed(node: AgentNode, model: str, strategy: Strategy, status: str, start: float,
+            end: float) -> AgentResult:
+    return AgentResult(node.id, node.role, node.kind.value, model, strategy, status, None, start,
+                       end)

@@ -1,0 +1,134 @@
+"""Topologies and the workflow runner: critical-path latency, real parallelism, deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from inframind_ray.engine.profile import IterationProfile
+from inframind_ray.policy.base import (
+    ModelInfo,
+    ModelLoad,
+    Policy,
+    PoolInfo,
+    QueryInfo,
+    StepDecision,
+    SystemState,
+)
+from inframind_ray.twin.simloop import run_simulated
+from inframind_ray.workflow.prompts import Strategy, extract_answer, format_answer
+from inframind_ray.workflow.runner import AgentCall, AgentResult, run_query
+from inframind_ray.workflow.topology import NodeKind, Plan, Topology, build_graph
+
+EXPECTED = {  # (topology, k) -> (nodes, critical path)
+    (Topology.IO, 1): (1, 1),
+    (Topology.COT, 1): (1, 1),
+    (Topology.CHAIN, 3): (4, 4),
+    (Topology.DEBATE, 3): (7, 3),
+    (Topology.REFLECTION, 2): (3, 3),
+    (Topology.FULLCONNECTED, 3): (4, 4),
+}
+
+
+def _info(name: str) -> ModelInfo:
+    p = IterationProfile(0.01, 0, 0, 0)
+    toks = {s: 10 for s in Strategy}
+    return ModelInfo(name, p, 16, 1, 10_000, toks, toks, {}, 0.5)
+
+
+POOL = PoolInfo((_info("fast"), _info("slow")))
+DURATION = {"fast": 1.0, "slow": 2.5}
+
+
+class FixedPolicy(Policy):
+    """Plan fixed per test; the aggregator runs on 'slow', everyone else on 'fast'."""
+
+    name = "fixed"
+
+    def __init__(self, plan: Plan):
+        super().__init__(POOL)
+        self._p = plan
+
+    def _plan(self, query, state):
+        return self._p
+
+    def _decide(self, ctx):
+        model = "slow" if ctx.node.kind is NodeKind.AGGREGATOR else "fast"
+        return StepDecision(model, ctx.allowed[-1])
+
+
+class SleepBackend:
+    """Each call sleeps a fixed time per model and answers (B)."""
+
+    def __init__(self):
+        self.active = 0
+        self.max_active = 0
+
+    async def call(self, call: AgentCall) -> AgentResult:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            await asyncio.sleep(DURATION[call.model])
+        finally:
+            self.active -= 1
+        return AgentResult(call.node.id, call.node.role, call.node.kind.value, call.model,
+                           call.strategy, "ok", format_answer("B"), start, loop.time())
+
+
+def _state():
+    loop = asyncio.get_running_loop()
+    loads = {m: ModelLoad(m, 1, 0, 0, 0.0, 0, 0, 0, loop.time()) for m in POOL.names}
+    return SystemState(loop.time(), loads)
+
+
+@pytest.mark.parametrize("key", list(EXPECTED))
+def test_critical_path_latency(key):
+    """Query latency = the real critical path (parallel nodes overlap; the aggregator counts)."""
+    topo, k = key
+    plan = Plan.make(topo, k=k)
+    graph = build_graph(plan)
+    n_nodes, depth = EXPECTED[key]
+    assert len(graph.nodes) == n_nodes and graph.critical_path_len == depth
+    backend = SleepBackend()
+    q = QueryInfo("q", "question", budget_s=1e6, arrival_s=0.0)
+    res, _ = run_simulated(run_query(q, FixedPolicy(plan), backend, _state))
+    has_agg = graph.final.kind is NodeKind.AGGREGATOR
+    expected = (depth - 1) * DURATION["fast"] + DURATION["slow" if has_agg else "fast"]
+    assert res.latency == pytest.approx(expected)
+    assert len(res.steps) == n_nodes and res.answer == "B"
+    if topo is Topology.DEBATE:
+        assert backend.max_active == k  # independent nodes truly ran in parallel
+
+
+def test_deadline_aborts_the_rest():
+    """With abort-on-deadline, a chain past its deadline stops; latency equals the budget."""
+    plan = Plan.make(Topology.CHAIN, k=4)
+    q = QueryInfo("q", "question", budget_s=2.5, arrival_s=0.0)
+    res, _ = run_simulated(run_query(q, FixedPolicy(plan), SleepBackend(), _state))
+    assert res.status == "deadline" and res.answer is None and not res.within_budget
+    assert res.latency == pytest.approx(2.5)
+
+
+def test_cot_masks_flash():
+    """CoT allows only reasoning strategies."""
+    plan = Plan.make(Topology.COT)
+    q = QueryInfo("q", "question", budget_s=100, arrival_s=0.0)
+
+    class Flashy(FixedPolicy):
+        def _decide(self, ctx):
+            return StepDecision("fast", Strategy.FLASH)
+
+    with pytest.raises(ValueError, match="not allowed"):
+        run_simulated(run_query(q, Flashy(plan), SleepBackend(), _state))
+
+
+def test_extract_answer():
+    """The grader parses the answer format and lone letters only."""
+    assert extract_answer("so... The answer is (C).") == "C"
+    assert extract_answer("the answer is d") == "D"
+    assert extract_answer(" B ") == "B"
+    assert extract_answer("I think so") is None
+    assert extract_answer(format_answer(None)) is None
