@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 
 def main() -> None:
     """Entry point."""
-    doc = json.loads(open(sys.argv[1]).read())
+    doc = json.loads(Path(sys.argv[1]).read_text())
     rows = doc["rows"]
     print("| policy | rate/min | goodput | accuracy | SLO | lat mean s | p95 s | p99 s | calls/q |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

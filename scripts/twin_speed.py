@@ -27,7 +27,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=300.0, help="req/min")
     ap.add_argument("--queries", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--policies", default="always-strongest,least-loaded,infra-heuristic,moa,random")
+    ap.add_argument(
+        "--policies", default="always-strongest,least-loaded,infra-heuristic,moa,random"
+    )
     ap.add_argument("--out", type=Path, default=None, help="write a JSON record here")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
