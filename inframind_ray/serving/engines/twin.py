@@ -1,0 +1,91 @@
+"""The twin engine on the wall clock: the twin's engine model plus recorded-answer replay."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+from inframind_ray.assumptions import TOKENS_PER_WORD
+from inframind_ray.config import ModelConfig, TwinEngineSpec
+from inframind_ray.engine.request import EngineRequest, RequestStatus
+from inframind_ray.serving.engines.base import Engine, EngineStats, GenerateRequest, GenerateResult
+from inframind_ray.twin.engine import TwinEngine
+from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.twin.pool import derive_hardware
+from inframind_ray.workflow.prompts import Strategy, format_answer
+from inframind_ray.workflow.topology import NodeKind
+
+SIMULATED_TEXT = ("[twin engine: a simulated response; the twin replays recorded answers for "
+                  "MMLU-Pro benchmark items only]")
+
+
+class WallClockTwinEngine(Engine):
+    """Serves one pool model with the twin's engine model in real asyncio time."""
+
+    def __init__(self, model: ModelConfig, spec: TwinEngineSpec, scheduling: str = "edf",
+                 max_batched_tokens: int = 8192, seed: int = 0) -> None:
+        hw = derive_hardware(model)
+        s = spec.time_scale
+        self.name = model.name
+        self.capacity = model.max_num_seqs
+        self.outcome = OutcomeModel({model.name: model.recorded}, seed=seed)
+        self.engine = TwinEngine(model.name, hw.profile.scaled(1 / s, 1 / s),
+                                 max_num_seqs=model.max_num_seqs,
+                                 kv_capacity_tokens=hw.kv_capacity,
+                                 max_batched_tokens=max_batched_tokens, scheduling=scheduling)
+
+    async def generate(self, req: GenerateRequest) -> GenerateResult:
+        """Answer from the recorded outcomes; take as long as the engine model says."""
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        strategy = Strategy(req.strategy)
+        if req.item_id is not None:
+            letter, tokens = self.outcome.respond(req.item_id, self.name, strategy,
+                                                  NodeKind(req.kind), list(req.upstream_answers))
+            text = format_answer(letter)
+        else:
+            tokens = round(self.outcome.expected_tokens[self.name][strategy])
+            text = SIMULATED_TEXT
+        if tokens > req.max_tokens:
+            tokens, text = req.max_tokens, format_answer(None)
+        prompt = req.prompt_tokens_hint or math.ceil(len(req.prompt.split()) * TOKENS_PER_WORD)
+        deadline = t0 + (req.deadline - time.time())
+        ereq = EngineRequest(req.request_id, prompt, max(1, tokens), deadline=deadline)
+        res = await self.engine.generate(ereq)
+        ok = res.status == RequestStatus.FINISHED
+        return GenerateResult(
+            request_id=req.request_id,
+            status="ok" if ok else "rejected",
+            text=text if ok else None,
+            prompt_tokens=prompt,
+            output_tokens=res.output_tokens,
+            ttft_s=None if res.first_token is None else res.first_token - t0,
+            latency_s=loop.time() - t0,
+            preemptions=res.num_preemptions,
+            detail="" if ok else "request does not fit the KV cache",
+        )
+
+    def stats(self) -> EngineStats:
+        """The engine model's own snapshot."""
+        s = self.engine.snapshot()
+        return EngineStats(s.waiting, s.running, s.kv_usage, s.ttft_s, s.tpot_s, s.e2e_s,
+                           s.num_preemptions)
+
+
+class EchoEngine(Engine):
+    """Answers at once (measures the serving plane's own overhead)."""
+
+    capacity = 1_000_000
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    async def generate(self, req: GenerateRequest) -> GenerateResult:
+        """Return a fixed graded answer immediately."""
+        self.n += 1
+        return GenerateResult(req.request_id, "ok", format_answer("A"), 1, 1, ttft_s=0.0)
+
+    def stats(self) -> EngineStats:
+        """Always idle."""
+        return EngineStats()

@@ -1,0 +1,124 @@
+"""Bounded Poisson load against the HTTP API, loopback only."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+import aiohttp
+import numpy as np
+
+from inframind_ray.errors import ConfigError
+from inframind_ray.twin.workload import WorkloadSpec, budgets, sample_items
+
+MAX_QUERIES = 20_000
+
+
+def require_loopback(url: str) -> None:
+    """Refuse any target that is not on this machine's loopback range."""
+    host = urlparse(url).hostname
+    if not host:
+        raise ConfigError("url", f"not a URL: {url!r}")
+    try:
+        addrs = {ai[4][0] for ai in socket.getaddrinfo(host, None)}
+    except socket.gaierror:
+        raise ConfigError("url", f"cannot resolve {host!r}") from None
+    if not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs):
+        raise ConfigError("url", f"load is only sent to loopback addresses, not {host!r}")
+
+
+@dataclass
+class LoadResult:
+    """Per-request outcomes of one load run."""
+
+    rate_per_min: float
+    duration_s: float
+    policy: str | None
+    records: list[dict] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def summary(self) -> dict:
+        """Counts, goodput, SLO attainment and latency percentiles."""
+        r = self.records
+        n = len(r)
+        ok = [x for x in r if x["http_status"] == 200]
+        lat = np.array([x["latency_s"] for x in ok]) if ok else np.array([np.nan])
+        return {
+            "policy": self.policy or "default", "rate_per_min": self.rate_per_min,
+            "duration_s": self.duration_s, "sent": n, "http_200": len(ok),
+            "http_429": sum(x["http_status"] == 429 for x in r),
+            "http_503": sum(x["http_status"] == 503 for x in r),
+            "errors": sum(x["http_status"] not in (200, 429, 503) for x in r),
+            "goodput": round(sum(bool(x.get("correct")) and bool(x.get("within_budget"))
+                                 for x in ok) / max(1, n), 4),
+            "slo_attainment": round(sum(bool(x.get("within_budget")) for x in ok) / max(1, n), 4),
+            "accuracy": round(sum(bool(x.get("correct")) for x in ok) / max(1, n), 4),
+            "latency_p50_s": round(float(np.nanpercentile(lat, 50)), 3),
+            "latency_p95_s": round(float(np.nanpercentile(lat, 95)), 3),
+            "calls_per_query": round(float(np.mean([x.get("n_steps", 0) for x in ok]))
+                                     if ok else 0.0, 2),
+            "wall_s": round(self.wall_s, 2),
+        }
+
+
+async def run_load(url: str, rate_per_min: float, duration_s: float, *, seed: int = 0,
+                   policy: str | None = None, budget_range_s: tuple[float, float] = (20, 90),
+                   split: str = "test", api_key: str | None = None,
+                   drain_s: float = 120.0) -> LoadResult:
+    """Send Poisson arrivals for ``duration_s`` (MMLU-Pro items of ``split``), then wait for the
+    answers at most ``drain_s`` more seconds. Bounded in count and time."""
+    require_loopback(url)
+    if not rate_per_min > 0:
+        raise ConfigError("rate", f"must be > 0 req/min, got {rate_per_min}")
+    if not duration_s > 0:
+        raise ConfigError("duration", f"must be > 0 s, got {duration_s}")
+    n = min(MAX_QUERIES, max(1, int(rate_per_min / 60 * duration_s * 1.5) + 10))
+    spec = WorkloadSpec(rate_per_min, n, split=split, budget_range_s=budget_range_s, seed=seed)
+    items, buds = sample_items(spec), budgets(spec)
+    gaps = np.random.default_rng(seed).exponential(60.0 / rate_per_min, size=n)
+    result = LoadResult(rate_per_min, duration_s, policy)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    t0 = time.monotonic()
+
+    async def one(session: aiohttp.ClientSession, i: int) -> None:
+        body = {"item_id": int(items[i]), "budget_s": float(buds[i])}
+        if policy:
+            body["policy"] = policy
+        sent = time.monotonic()
+        rec: dict = {"http_status": 0, "item_id": int(items[i]), "budget_s": buds[i],
+                     "error": "no answer before the load run ended"}
+        try:
+            async with session.post(f"{url}/v1/queries", json=body) as r:
+                data = await r.json(content_type=None)
+                rec = {"http_status": r.status, "item_id": int(items[i]), "budget_s": buds[i],
+                       "client_latency_s": time.monotonic() - sent}
+                if r.status == 200:
+                    rec.update(latency_s=data["latency_s"], correct=data["correct"],
+                               within_budget=data["within_budget"], n_steps=len(data["steps"]),
+                               models=[s["model"] for s in data["steps"]],
+                               topology=data["plan"]["topology"])
+        except (aiohttp.ClientError, TimeoutError) as e:
+            rec["error"] = f"{type(e).__name__}: {e}"
+        finally:  # every request sent is reported, answered or not
+            result.records.append(rec)
+
+    timeout = aiohttp.ClientTimeout(total=budget_range_s[1] + drain_s)
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout,
+                                     connector=aiohttp.TCPConnector(limit=0)) as session:
+        tasks = []
+        t = 0.0
+        for i in range(n):
+            t += gaps[i]
+            if t > duration_s:
+                break
+            await asyncio.sleep(max(0.0, t0 + t - time.monotonic()))
+            tasks.append(asyncio.create_task(one(session, i)))
+        await asyncio.wait(tasks, timeout=budget_range_s[1] + drain_s)
+        for task in tasks:
+            task.cancel()
+    result.wall_s = time.monotonic() - t0
+    return result

@@ -1,0 +1,292 @@
+"""The orchestrator actor: embeds a query, plans with the load summary, runs the agent DAG through
+deployment handles with the SAME workflow code as the twin, grades, records, and aggregates the
+replicas' metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+from inframind_ray import assumptions as A
+from inframind_ray.config import PoolConfig
+from inframind_ray.policy.base import Policy, QueryInfo, prompt_tokens
+from inframind_ray.policy.baselines import make_policy
+from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
+from inframind_ray.serving.metrics import MetricsHub, ReplicaSnapshot
+from inframind_ray.serving.records import RecordWriter
+from inframind_ray.serving.replica import deployment_name
+from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.twin.pool import build_pool_info
+from inframind_ray.workflow.prompts import format_question
+from inframind_ray.workflow.runner import AgentCall, AgentResult, QueryResult, run_query
+from inframind_ray.workflow.topology import build_graph
+
+APP_NAME = "inframind"
+
+
+class UserError(ValueError):
+    """A request the client must fix (HTTP 400)."""
+
+
+class ServeBackend:
+    """Agent calls as ``generate`` requests to the model deployments."""
+
+    def __init__(self, handles: dict, on_call=None) -> None:  # noqa: ANN001
+        self.handles = handles
+        self.on_call = on_call
+
+    async def call(self, call: AgentCall) -> AgentResult:
+        """One deployment-handle hop; the query's deadline travels as an epoch deadline."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        ups = [u for u in call.upstream if u.status == "ok"]
+        up_tokens = sum(u.output_tokens for u in ups)
+        req = GenerateRequest(
+            request_id=f"{call.query.query_id}/{call.node.id}",
+            prompt=call.prompt,
+            max_tokens=call.max_tokens,
+            deadline=time.time() + (call.deadline - start),
+            strategy=call.strategy.value,
+            kind=call.node.kind.value,
+            item_id=call.query.item_id,
+            upstream_answers=tuple(u.answer for u in ups),
+            prompt_tokens_hint=prompt_tokens(call.query, call.strategy, up_tokens),
+            upstream_tokens=up_tokens,
+        )
+        resp = self.handles[call.model].generate.remote(req)
+        try:
+            res: GenerateResult = await resp
+        except asyncio.CancelledError:
+            resp.cancel()
+            raise
+        end = loop.time()
+        ttft = None if res.ttft_s is None else start + res.queue_wait_s + res.ttft_s
+        out = AgentResult(call.node.id, call.node.role, call.node.kind.value, call.model,
+                          call.strategy, res.status, res.text, start, end, ttft,
+                          res.prompt_tokens, res.output_tokens, res.preemptions)
+        if self.on_call:
+            self.on_call(call, res, out)
+        return out
+
+
+class Orchestrator:
+    """Ray actor (created by :func:`inframind_ray.serving.app.start`)."""
+
+    def __init__(self, pool_cfg: dict, app_name: str = APP_NAME) -> None:
+        self.cfg = PoolConfig.model_validate(pool_cfg)
+        self.app_name = app_name
+        self.outcome = OutcomeModel({m.name: m.recorded for m in self.cfg.models})
+        self.pool_info = build_pool_info(self.cfg, self.outcome)
+        s = self.cfg.serving
+        self.hub = MetricsHub(self.pool_info.names, s.stale_after_s, s.unavailable_after_s)
+        self.records = RecordWriter(Path(s.records_dir))
+        self.policies: dict[str, Policy] = {}
+        self.default_policy = s.default_policy
+        self.inflight = 0
+        self.served = 0
+        self._handles: dict | None = None
+        self._embedder_ready: asyncio.Future | None = None
+        self._policy(self.default_policy)  # fail early on a bad default
+
+    # ------------------------------------------------------------------ plumbing
+    def _policy(self, name: str) -> Policy:
+        if name not in self.policies:
+            try:
+                self.policies[name] = make_policy(
+                    name, self.pool_info, 0,
+                    is_correct=lambda q, m, s: q.item_id is not None and self.outcome.is_correct(
+                        q.item_id, self.outcome.strategy_answer(q.item_id, m, s)[0]))
+            except ValueError as e:
+                raise UserError(str(e)) from None
+        return self.policies[name]
+
+    def _backend(self) -> ServeBackend:
+        if self._handles is None:
+            from ray import serve
+
+            self._handles = {m: serve.get_deployment_handle(deployment_name(m), self.app_name)
+                             for m in self.pool_info.names}
+        return ServeBackend(self._handles, self._record_call)
+
+    async def ready(self) -> bool:
+        """Warm up (embedding model) and report readiness."""
+        if self.cfg.serving.embed:
+            await self._embed("warm up")
+        return True
+
+    async def _embed(self, text: str):  # noqa: ANN202
+        from inframind_ray.embed import embed_texts
+
+        loop = asyncio.get_running_loop()
+        return (await loop.run_in_executor(None, embed_texts, [text]))[0]
+
+    # ------------------------------------------------------------------ metrics
+    def push_metrics(self, snap: ReplicaSnapshot) -> None:
+        """Called by replicas (fire and forget)."""
+        self.hub.push(snap)
+
+    def state(self) -> dict:
+        """Live per-model metrics and orchestrator status (``GET /v1/state``)."""
+        return {"models": self.hub.describe(), "inflight_queries": self.inflight,
+                "served_queries": self.served, "default_policy": self.default_policy,
+                "policy_status": "ok", "stale_after_s": self.cfg.serving.stale_after_s}
+
+    def set_default_policy(self, name: str) -> str:
+        """Switch the default policy."""
+        self._policy(name)
+        self.default_policy = name
+        return name
+
+    def flush_records(self) -> list[str]:
+        """Write buffered Parquet rows now."""
+        return [str(p) for p in self.records.flush()]
+
+    # ------------------------------------------------------------------ queries
+    def _query_info(self, payload: dict, arrival: float) -> QueryInfo:
+        item_id = payload.get("item_id")
+        text = payload.get("query") or ""
+        category = "other"
+        fewshot = 0
+        if item_id is not None:
+            try:
+                i = self.outcome.index(item_id)
+            except KeyError as e:
+                raise UserError(str(e).strip("'\"")) from None
+            from inframind_ray import data
+
+            q = data.questions()
+            text = text or format_question(q["question"][i], q["options"][i])
+            category = str(q["category"][i])
+            fewshot = int(self.outcome.fewshot_tokens[i])
+            n_prompt = int(self.outcome.prompt_tokens[i])
+        else:
+            n_prompt = math.ceil(len(text.split()) * A.TOKENS_PER_WORD) + A.PROMPT_OVERHEAD_TOKENS
+        return QueryInfo(query_id=payload.get("query_id") or uuid.uuid4().hex[:12], text=text,
+                         budget_s=float(payload["budget_s"]), arrival_s=arrival,
+                         category=category, item_id=item_id, prompt_tokens=n_prompt,
+                         fewshot_tokens=fewshot)
+
+    async def query(self, payload: dict) -> dict:
+        """Answer one query end to end. Returns a dict with ``http_status``."""
+        loop = asyncio.get_running_loop()
+        arrival = loop.time()
+        if self.inflight >= self.cfg.serving.max_inflight_queries:
+            return {"http_status": 429, "error": "too many queries in flight", "retry_after": 1}
+        try:
+            q = self._query_info(payload, arrival)
+            policy = self._policy(payload.get("policy") or self.default_policy)
+        except UserError as e:
+            return {"http_status": 400, "error": str(e)}
+        self.inflight += 1
+        try:
+            if self.cfg.serving.embed:
+                from dataclasses import replace
+
+                q = replace(q, embedding=await self._embed(q.text))
+            res = await run_query(q, policy, self._backend(), lambda: self.hub.system_state(
+                loop.time()), abort_on_deadline=True)
+        finally:
+            self.inflight -= 1
+        self.served += 1
+        return self._respond(res, policy.name)
+
+    def _respond(self, res: QueryResult, policy: str) -> dict:
+        q = res.query
+        correct = None if q.item_id is None else self.outcome.is_correct(q.item_id, res.answer)
+        final = res.steps[-1]
+        http = 200
+        if res.status == "overloaded":
+            http = 503
+        graph = build_graph(res.plan)
+        out = {
+            "http_status": http, "query_id": q.query_id, "status": res.status,
+            "answer": res.answer, "text": final.text, "correct": correct,
+            "latency_s": round(res.latency, 4), "budget_s": q.budget_s,
+            "within_budget": res.within_budget, "policy": policy,
+            "plan": {"topology": res.plan.topology.value, "k": res.plan.k,
+                     "roles": list(res.plan.roles), "critical_path": graph.critical_path_len},
+            "steps": [{"node": s.node_id, "role": s.role, "kind": s.kind, "model": s.model,
+                       "strategy": s.strategy.value, "status": s.status,
+                       "start_s": round(s.start - q.arrival_s, 4),
+                       "end_s": round(s.end - q.arrival_s, 4),
+                       "output_tokens": s.output_tokens} for s in res.steps],
+        }
+        if http == 503:
+            out["retry_after"] = 1
+            out["error"] = "a model replica is overloaded"
+        self.records.add("queries", {
+            "query_id": q.query_id, "item_id": q.item_id, "policy": policy,
+            "arrival_epoch": time.time() - (asyncio.get_running_loop().time() - q.arrival_s),
+            "budget_s": q.budget_s, "latency_s": res.latency, "status": res.status,
+            "answer": res.answer, "correct": correct, "within_budget": res.within_budget,
+            "topology": res.plan.topology.value, "k": res.plan.k, "n_calls": len(res.steps)})
+        return out
+
+    def _record_call(self, call: AgentCall, res: GenerateResult, out: AgentResult) -> None:
+        self.records.add("calls", {
+            "query_id": call.query.query_id, "node_id": call.node.id, "role": call.node.role,
+            "kind": call.node.kind.value, "model": call.model, "strategy": call.strategy.value,
+            "deadline_in_s": call.deadline - out.start, "status": res.status,
+            "queue_wait_s": res.queue_wait_s, "ttft_s": res.ttft_s,
+            "latency_s": out.end - out.start, "replica_latency_s": res.latency_s,
+            "prompt_tokens": res.prompt_tokens, "output_tokens": res.output_tokens,
+            "preemptions": res.preemptions})
+
+    # ------------------------------------------------------------------ overhead
+    async def measure_overhead(self, n: int, model: str, warmup: int = 20) -> dict:
+        """Bare deployment-handle hops vs orchestrated agent steps, interleaved (ms)."""
+        backend = self._backend()
+        handle = backend.handles[model]
+        policy = _FixedModel(self.pool_info, model)
+        loop = asyncio.get_running_loop()
+        bare, step = [], []
+        for i in range(n + warmup):
+            req = GenerateRequest(f"bare-{i}", "ping", 1, time.time() + 60)
+            t = time.perf_counter()
+            await handle.generate.remote(req)
+            b = time.perf_counter() - t
+            q = QueryInfo(f"ovh-{i}", "ping", 60.0, loop.time())
+            t = time.perf_counter()
+            await run_query(q, policy, backend, lambda: self.hub.system_state(loop.time()))
+            s = time.perf_counter() - t
+            if i >= warmup:
+                bare.append(b * 1e3)
+                step.append(s * 1e3)
+
+        def pct(xs: list[float], p: float) -> float:
+            return round(statistics.quantiles(xs, n=100, method="inclusive")[p - 1], 3)
+
+        diff = [s - b for s, b in zip(step, bare, strict=True)]
+        out = {"n": n, "bare_hop_p50_ms": round(statistics.median(bare), 3),
+               "bare_hop_p99_ms": pct(bare, 99), "step_p50_ms": round(statistics.median(step), 3),
+               "step_p99_ms": pct(step, 99)}
+        out["added_p50_ms"] = round(out["step_p50_ms"] - out["bare_hop_p50_ms"], 3)
+        out["added_p99_ms"] = round(out["step_p99_ms"] - out["bare_hop_p99_ms"], 3)
+        out["paired_added_p50_ms"] = round(statistics.median(diff), 3)
+        out["paired_added_p99_ms"] = pct(diff, 99)
+        return out
+
+
+class _FixedModel(Policy):
+    """IO plan on one model (overhead measurement)."""
+
+    name = "fixed"
+
+    def __init__(self, pool, model: str) -> None:  # noqa: ANN001
+        super().__init__(pool)
+        self.model = model
+
+    def _plan(self, query, state):  # noqa: ANN001, ANN202
+        from inframind_ray.workflow.topology import Plan, Topology
+
+        return Plan.make(Topology.IO)
+
+    def _decide(self, ctx):  # noqa: ANN001, ANN202
+        from inframind_ray.policy.base import StepDecision
+        from inframind_ray.workflow.prompts import Strategy
+
+        return StepDecision(self.model, Strategy.FLASH)

@@ -1,0 +1,90 @@
+"""One Serve deployment per pool model: an engine behind the replica's EDF queue, pushing metrics
+to the orchestrator at least every ``metrics_period_s``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import ray
+from ray import serve
+
+from inframind_ray.config import ModelConfig, PoolConfig
+from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
+from inframind_ray.serving.engines.factory import make_engine
+from inframind_ray.serving.metrics import ReplicaSnapshot
+from inframind_ray.serving.replica_queue import DeadlineQueue
+
+NAMESPACE = "inframind"
+ORCHESTRATOR = "inframind-orchestrator"
+log = logging.getLogger("ray.serve")
+
+
+def deployment_name(model: str) -> str:
+    """Serve deployment name of a pool model."""
+    return f"model:{model}"
+
+
+@serve.deployment(max_ongoing_requests=1024, health_check_period_s=5)
+class ModelReplica:
+    """Serves ``generate`` for one pool model."""
+
+    async def __init__(self, model_cfg: dict, pool_cfg: dict) -> None:
+        self.pool = PoolConfig.model_validate(pool_cfg)
+        self.model = ModelConfig.model_validate(model_cfg)
+        self.engine = make_engine(self.model, self.pool)
+        await self.engine.start()
+        self.queue = DeadlineQueue(self.engine.capacity, self.model.max_queue)
+        ctx = serve.get_replica_context()
+        self.replica_id = ctx.replica_tag
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.push_enabled = True
+        self._orchestrator = None
+        self._pusher = asyncio.get_running_loop().create_task(self._push_loop())
+
+    async def generate(self, req: GenerateRequest) -> GenerateResult:
+        """Queue (EDF) and run one request; never raises for a request-level failure."""
+        return await self.queue.submit(req, self.engine.generate)
+
+    def snapshot(self) -> ReplicaSnapshot:
+        """This replica's load right now."""
+        s = self.engine.stats()
+        return ReplicaSnapshot(
+            model=self.model.name, replica_id=self.replica_id,
+            waiting=len(self.queue) + s.waiting, running=s.running, kv_usage=s.kv_usage,
+            ttft_s=s.ttft_s, tpot_s=s.tpot_s, e2e_s=s.e2e_s, num_preemptions=s.num_preemptions,
+            timestamp=time.time(), node_id=self.node_id,
+        )
+
+    def set_push_enabled(self, enabled: bool) -> bool:
+        """Stop or resume metric pushes (operators and staleness tests)."""
+        self.push_enabled = enabled
+        return enabled
+
+    def where(self) -> dict:
+        """Node and replica ids (placement checks)."""
+        return {"node_id": self.node_id, "replica_id": self.replica_id,
+                "model": self.model.name}
+
+    async def _push_loop(self) -> None:
+        period = self.pool.serving.metrics_period_s
+        while True:
+            await asyncio.sleep(period)
+            if not self.push_enabled:
+                continue
+            try:
+                if self._orchestrator is None:
+                    self._orchestrator = ray.get_actor(ORCHESTRATOR, namespace=NAMESPACE)
+                self._orchestrator.push_metrics.remote(self.snapshot())
+            except ValueError:
+                self._orchestrator = None  # orchestrator not up (yet): try again next period
+            except Exception as e:  # never let the metrics loop die
+                log.warning("metrics push failed: %s", e)
+                self._orchestrator = None
+
+    async def __del__(self) -> None:
+        self._pusher.cancel()
+        with contextlib.suppress(Exception):
+            await self.engine.shutdown()

@@ -1,0 +1,237 @@
+"""The serving plane on a real local Ray cluster: Serve replicas with EDF queues, the metrics
+plane, the orchestrator actor and the HTTP API, on the twin engine (wall clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import ray
+from ray import serve
+
+from inframind_ray.config import load_pool
+from inframind_ray.policy.base import SystemState
+from inframind_ray.policy.baselines import make_policy
+from inframind_ray.serving.engines.base import GenerateRequest
+from inframind_ray.twin.backend import TwinBackend
+from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.twin.pool import build_engines, build_pool_info
+from inframind_ray.twin.simloop import run_simulated
+from inframind_ray.twin.workload import WorkloadSpec, make_queries
+from inframind_ray.workflow.runner import run_query
+
+POOL = Path(__file__).parent / "pools" / "serve_test.yaml"
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    from inframind_ray.serving.app import start
+
+    cfg = load_pool(POOL)
+    cfg = cfg.model_copy(update={"serving": cfg.serving.model_copy(
+        update={"records_dir": str(tmp_path_factory.mktemp("records"))})})
+    s = start(cfg)
+    yield s
+    s.stop()
+
+
+def http(session, method: str, path: str, body=None, raw: bytes | None = None,
+         headers: dict | None = None) -> tuple[int, dict, object]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(session.url + path, data=data, method=method,
+                                 headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, _json(r.status, r.read()), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, _json(e.code, e.read()), e.headers
+
+
+def _json(code: int, raw: bytes) -> dict:
+    try:
+        return json.loads(raw or b"{}")
+    except json.JSONDecodeError:
+        raise AssertionError(f"HTTP {code} with a non-JSON body: {raw[:300]!r}") from None
+
+
+def handle(model: str):
+    return serve.get_deployment_handle(f"model:{model}", "inframind")
+
+
+def _wait_idle(session, timeout: float = 60.0) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        st = ray.get(session.orchestrator.state.remote())
+        if st["inflight_queries"] == 0 and all(
+                m["waiting"] == 0 and m["running"] == 0 for m in st["models"].values()):
+            return
+        time.sleep(0.2)
+
+
+def test_edf_order_inside_a_replica(session):
+    """One slot, concurrent requests with shuffled deadlines: they finish in deadline order."""
+    _wait_idle(session)
+    h = handle("big")
+
+    async def main():
+        order = []
+
+        async def one(name, deadline_in, strategy="flash", tokens=8):
+            req = GenerateRequest(name, "p", tokens, time.time() + deadline_in,
+                                  strategy=strategy, prompt_tokens_hint=50)
+            res = await h.generate.remote(req)
+            order.append((name, res.status))
+
+        await h.generate.remote(GenerateRequest("warm", "p", 1, time.time() + 30))
+        blocker = asyncio.create_task(one("blocker", 100, "concise", 40))
+        await asyncio.sleep(0.4)  # the blocker holds the only engine slot
+        await asyncio.gather(blocker, *(one(f"d{d}", d) for d in (40, 10, 30, 20)))
+        return order
+
+    order = asyncio.run(main())
+    assert [n for n, _ in order] == ["blocker", "d10", "d20", "d30", "d40"], order
+    assert all(s == "ok" for _, s in order)
+
+
+def test_infeasible_deadline_and_queue_full_answers(session):
+    """A deadline that cannot be met is answered at once; a full replica queue says overloaded."""
+    _wait_idle(session)
+    h = handle("big")
+    t = time.time()
+    res = h.generate.remote(GenerateRequest("late", "p", 8, time.time() - 1)).result()
+    assert res.status == "deadline" and time.time() - t < 2.0
+
+    async def main():
+        reqs = [GenerateRequest(f"r{i}", "p", 30, time.time() + 60, strategy="concise",
+                                prompt_tokens_hint=50) for i in range(6)]
+        return await asyncio.gather(*(h.generate.remote(r) for r in reqs))
+
+    statuses = sorted(r.status for r in asyncio.run(main()))
+    # 1 slot + 4 queued are served, the rest are told at once that the queue is full
+    assert statuses.count("ok") == 5 and statuses.count("overloaded") == 1
+
+
+def test_metrics_reach_orchestrator_and_go_stale(session):
+    """Snapshots arrive within 1 s; a replica that stops pushing is shown as stale."""
+    st = ray.get(session.orchestrator.state.remote())["models"]
+    assert all(m["age_s"] is not None and m["age_s"] < 1.0 for m in st.values())
+    h = handle("small")
+    assert h.set_push_enabled.remote(False).result() is False
+    try:
+        time.sleep(2.0)
+        st = ray.get(session.orchestrator.state.remote())["models"]
+        assert st["small"]["stale"] and st["small"]["age_s"] > 1.0
+        assert not st["big"]["stale"]
+    finally:
+        h.set_push_enabled.remote(True).result()
+    time.sleep(1.0)
+    assert not ray.get(session.orchestrator.state.remote())["models"]["small"]["stale"]
+
+
+def test_http_query_returns_graded_answer(session):
+    """POST /v1/queries with an MMLU-Pro item: a graded answer, the plan and the trace."""
+    _wait_idle(session)
+    code, out, _ = http(session, "POST", "/v1/queries", {"item_id": 70, "budget_s": 60})
+    assert code == 200, out
+    assert out["answer"] in list("ABCDEFGHIJ") and isinstance(out["correct"], bool)
+    assert out["within_budget"] and 0 < out["latency_s"] < 60
+    assert out["plan"]["topology"] and len(out["steps"]) >= 1
+    assert out["steps"][-1]["end_s"] == pytest.approx(out["latency_s"], abs=0.05)
+    code, chat, _ = http(session, "POST", "/v1/chat/completions", {
+        "model": "inframind", "messages": [{"role": "user", "content": "What is 2+2?"}],
+        "budget_s": 30})
+    assert code == 200 and chat["object"] == "chat.completion"
+    assert chat["choices"][0]["message"]["content"]
+    code, st, _ = http(session, "GET", "/v1/state")
+    assert code == 200 and set(st["models"]) == {"big", "small"}
+    assert http(session, "GET", "/healthz")[0] == 200
+
+
+def test_same_plan_in_twin_and_serve(session):
+    """One workflow code: the same policy on the same items plans and routes identically."""
+    _wait_idle(session)
+    cfg = load_pool(POOL)
+    outcome = OutcomeModel({m.name: m.recorded for m in cfg.models})
+    info = build_pool_info(cfg, outcome)
+    queries = make_queries(WorkloadSpec(10, 5, seed=4), outcome)
+    for policy in ("random", "always-strongest"):
+        pol = make_policy(policy, info, 0)
+
+        async def twin_run(q, pol=pol):
+            loop = asyncio.get_running_loop()
+            engines = build_engines(cfg)
+            backend = TwinBackend(engines, outcome)
+            return await run_query(q, pol, backend, lambda: SystemState(
+                loop.time(), {m: r.load() for m, r in engines.items()}))
+
+        for q in queries:
+            twin, _ = run_simulated(twin_run(q))
+            code, out, _ = http(session, "POST", "/v1/queries", {
+                "item_id": q.item_id, "budget_s": 600, "policy": policy,
+                "query_id": q.query_id})
+            assert code == 200, out
+            assert out["plan"]["topology"] == twin.plan.topology.value
+            assert out["plan"]["k"] == twin.plan.k
+            assert [(s["model"], s["strategy"]) for s in out["steps"]] == [
+                (s.model, s.strategy.value) for s in twin.steps]
+
+
+@pytest.mark.parametrize(
+    "raw,code,word",
+    [
+        (b"{not json", 400, "malformed"),
+        (b'{"budget_s": 10}', 422, "query"),
+        (b'{"query": "hi", "budget_s": 0}', 422, "budget_s"),
+        (b'{"query": "hi", "budget_s": -3}', 422, "budget_s"),
+        (b'{"query": "hi", "budget_s": 1e9}', 422, "budget_s"),
+        (b'{"query": "hi", "task": "poetry"}', 422, "task"),
+        (b'{"item_id": 99999999, "budget_s": 10}', 400, "99999999"),
+        (b'{"query": "hi", "policy": "magic"}', 400, "magic"),
+        (b'{"query": "' + b"x" * 5000 + b'"}', 413, "larger"),
+    ],
+)
+def test_bad_input_gets_4xx_one_line(session, raw, code, word):
+    """Bad input: a 4xx with a one-line reason, and the service keeps serving."""
+    got, out, _ = http(session, "POST", "/v1/queries", raw=raw)
+    assert got == code, out
+    assert word in out["error"] and "\n" not in out["error"]
+    ok, _, _ = http(session, "POST", "/v1/queries", {"query": "still there?", "budget_s": 30})
+    assert ok == 200
+
+
+def test_overload_gets_429_or_503_with_retry_after(session):
+    """Past max_inflight_queries: 429; a full replica queue: 503; both with Retry-After. Then
+    the service serves again."""
+    _wait_idle(session)
+
+    def one(i):
+        return http(session, "POST", "/v1/queries", {
+            "query": f"long question {i}", "budget_s": 60, "policy": "always-strongest"})
+
+    with ThreadPoolExecutor(16) as ex:
+        results = list(ex.map(one, range(16)))
+    codes = [c for c, _, _ in results]
+    assert 429 in codes and 503 in codes and 200 in codes
+    for c, out, headers in results:
+        if c in (429, 503):
+            assert headers.get("Retry-After") == "1" and out["error"]
+    _wait_idle(session)
+    assert http(session, "POST", "/v1/queries", {"item_id": 71, "budget_s": 60})[0] == 200
+
+
+def test_records_written_as_parquet(session):
+    """Per-call and per-query rows are written as Parquet."""
+    import pyarrow.parquet as pq
+
+    paths = ray.get(session.orchestrator.flush_records.remote())
+    kinds = {Path(p).name.split("-")[0] for p in paths}
+    assert kinds == {"calls", "queries"}
+    calls = pq.read_table([p for p in paths if Path(p).name.startswith("calls")][0])
+    assert {"query_id", "model", "strategy", "queue_wait_s", "ttft_s", "latency_s",
+            "deadline_in_s", "status"} <= set(calls.column_names)

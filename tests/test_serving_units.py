@@ -1,0 +1,116 @@
+"""Serving-plane pieces without Ray: the replica EDF queue and the metrics hub."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
+from inframind_ray.serving.metrics import MetricsHub, ReplicaSnapshot
+from inframind_ray.serving.replica_queue import DeadlineQueue
+
+
+def _req(name: str, deadline_in: float) -> GenerateRequest:
+    return GenerateRequest(name, "p", 1, time.time() + deadline_in)
+
+
+async def _work(req: GenerateRequest, order: list[str], dt: float = 0.02) -> GenerateResult:
+    await asyncio.sleep(dt)
+    order.append(req.request_id)
+    return GenerateResult(req.request_id, "ok", "x")
+
+
+def test_edf_admission_order():
+    """With one engine slot, queued requests are admitted in deadline order."""
+    order: list[str] = []
+
+    async def main():
+        q = DeadlineQueue(capacity=1, max_queue=10)
+        run = lambda r: _work(r, order)  # noqa: E731
+        blocker = asyncio.create_task(q.submit(_req("blocker", 60), run))
+        await asyncio.sleep(0)
+        jobs = [q.submit(_req(f"d{d}", d), run) for d in (50, 10, 40, 20, 30)]
+        res = await asyncio.gather(blocker, *jobs)
+        assert all(r.status == "ok" for r in res)
+        assert q.in_engine == 0 and len(q) == 0
+
+    asyncio.run(main())
+    assert order == ["blocker", "d10", "d20", "d30", "d40", "d50"]
+
+
+def test_infeasible_deadline_and_full_queue_answer_at_once():
+    """A past deadline and a full queue are answered immediately, never queued."""
+
+    async def main():
+        q = DeadlineQueue(capacity=1, max_queue=1)
+        order: list[str] = []
+        t = time.time()
+        late = await q.submit(_req("late", -1), lambda r: _work(r, order))
+        assert late.status == "deadline" and time.time() - t < 0.05
+        a = asyncio.create_task(q.submit(_req("a", 10), lambda r: _work(r, order, 0.2)))
+        await asyncio.sleep(0)
+        b = asyncio.create_task(q.submit(_req("b", 10), lambda r: _work(r, order)))
+        await asyncio.sleep(0)
+        c = await q.submit(_req("c", 10), lambda r: _work(r, order))
+        assert c.status == "overloaded"
+        assert (await a).status == "ok" and (await b).status == "ok"
+        assert (await b).queue_wait_s > 0.1
+        assert order == ["a", "b"]
+
+    asyncio.run(main())
+
+
+def test_deadline_passes_while_waiting_and_cancel_frees_slot():
+    """A waiting request whose deadline passes is answered 'deadline'; cancelling a running one
+    gives its slot to the next."""
+
+    async def main():
+        q = DeadlineQueue(capacity=1, max_queue=5)
+        order: list[str] = []
+        a = asyncio.create_task(q.submit(_req("a", 10), lambda r: _work(r, order, 0.5)))
+        await asyncio.sleep(0)
+        b = await q.submit(_req("b", 0.1), lambda r: _work(r, order))
+        assert b.status == "deadline" and "queue" in b.detail
+        a.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await a
+        c = await asyncio.wait_for(q.submit(_req("c", 10), lambda r: _work(r, order)), 1.0)
+        assert c.status == "ok" and q.in_engine == 0
+
+    asyncio.run(main())
+
+
+def test_engine_error_is_an_answer():
+    """An engine exception becomes an 'error' result, and the slot is released."""
+
+    async def boom(req):
+        raise RuntimeError("engine died")
+
+    async def main():
+        q = DeadlineQueue(capacity=1, max_queue=1)
+        r = await q.submit(_req("x", 10), boom)
+        assert r.status == "error" and "engine died" in r.detail and q.in_engine == 0
+
+    asyncio.run(main())
+
+
+def test_metrics_staleness():
+    """Fresh snapshots aggregate; old ones are visible as old; silent models go unavailable."""
+    now = [1000.0]
+    hub = MetricsHub(["m"], stale_after_s=1.0, unavailable_after_s=5.0, clock=lambda: now[0])
+    assert not hub.load("m").available
+    for rid, w in (("r1", 3), ("r2", 4)):
+        hub.push(ReplicaSnapshot("m", rid, w, 2, 0.5, 0.1, 0.02, 1.0, 0, now[0]))
+    ld = hub.load("m")
+    assert (ld.waiting, ld.running, ld.replicas) == (7, 4, 2) and ld.age(now[0]) == 0
+    now[0] += 2.0
+    hub.push(ReplicaSnapshot("m", "r1", 1, 1, 0.5, 0.1, 0.02, 1.0, 0, now[0]))
+    ld = hub.load("m")
+    assert ld.age(now[0]) == pytest.approx(2.0) and ld.available
+    assert hub.describe()["m"]["stale"]
+    now[0] += 6.0
+    assert not hub.load("m").available
+    state = hub.system_state(loop_now=50.0)
+    assert state.models["m"].age(50.0) == pytest.approx(8.0)  # oldest stale replica
