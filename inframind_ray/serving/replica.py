@@ -10,6 +10,7 @@ import time
 
 import ray
 from ray import serve
+from ray.util.metrics import Gauge
 
 from inframind_ray.config import ModelConfig, PoolConfig
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
@@ -42,6 +43,10 @@ class ModelReplica:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.push_enabled = True
         self._orchestrator = None
+        self._gauges = {k: Gauge(f"inframind_replica_{k}", f"replica {k}", tag_keys=("model",))
+                        for k in ("waiting", "running", "kv_usage", "e2e_ewma_s")}
+        for g in self._gauges.values():
+            g.set_default_tags({"model": self.model.name})
         self._pusher = asyncio.get_running_loop().create_task(self._push_loop())
 
     async def generate(self, req: GenerateRequest) -> GenerateResult:
@@ -75,9 +80,13 @@ class ModelReplica:
             if not self.push_enabled:
                 continue
             try:
+                snap = self.snapshot()
+                for k, v in (("waiting", snap.waiting), ("running", snap.running),
+                             ("kv_usage", snap.kv_usage), ("e2e_ewma_s", snap.e2e_s)):
+                    self._gauges[k].set(v)
                 if self._orchestrator is None:
                     self._orchestrator = ray.get_actor(ORCHESTRATOR, namespace=NAMESPACE)
-                self._orchestrator.push_metrics.remote(self.snapshot())
+                self._orchestrator.push_metrics.remote(snap)
             except ValueError:
                 self._orchestrator = None  # orchestrator not up (yet): try again next period
             except Exception as e:  # never let the metrics loop die

