@@ -173,11 +173,19 @@ def _post(url: str, path: str, body: dict, api_key: str | None) -> tuple[int, di
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
     req = urllib.request.Request(url.rstrip("/") + path, json.dumps(body).encode(), headers)
+
+    def parse(code: int, raw: bytes) -> tuple[int, dict]:
+        try:
+            return code, json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            text = raw[:200].decode(errors="replace").replace("\n", " ")
+            raise InframindError(f"HTTP {code}: not a JSON reply: {text!r}") from None
+
     try:
         with urllib.request.urlopen(req, timeout=body.get("budget_s", 60) + 30) as r:
-            return r.status, json.loads(r.read())
+            return parse(r.status, r.read())
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+        return parse(e.code, e.read())
     except urllib.error.URLError as e:
         raise ConfigError("url", f"cannot reach {url}: {e.reason}") from None
 

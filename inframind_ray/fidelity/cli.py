@@ -136,7 +136,7 @@ def validate(
     edf_rate: Annotated[float, typer.Option(
         help="rate of the mixed-deadline EDF case, req/min (0 = skip)")] = 300.0,
     kv_rate: Annotated[float, typer.Option(
-        help="rate of the KV-pressure case, req/min (0 = skip; vllm engines only)")] = 240.0,
+        help="rate of the KV-pressure case, req/min (0 = skip; vllm engines only)")] = 360.0,
     kv_cache_bytes: Annotated[int, typer.Option(
         help="KV cache of the KV-pressure engine, bytes")] = 2 * 2**20,
     kv_max_num_seqs: Annotated[int, typer.Option(

@@ -4,9 +4,10 @@ Grid: for each batch size b, prompt length P and output length O, ``b`` requests
 once (unique prompts, greedy, ``ignore_eos`` so exactly O tokens) and each request's TTFT, TPOT
 and end-to-end latency are recorded with the engine's own stats after the cell.
 
-Fit (``scipy.optimize.nnls`` on relative residuals) of ``t_iter = c0 + c_prefill*P + c_decode*B
-+ c_kv*K`` plus a per-request front-end delay ``d`` (tokenization, IPC, output streaming; the
-engine model has no such term, the replay adds it to each arrival):
+Fit (relative residuals; ``nnls`` start refined by a robust soft-L1 ``least_squares``) of
+``t_iter = c0 + c_prefill*P + c_decode*B + c_kv*K`` plus a per-request front-end delay ``d``
+(tokenization, IPC, output streaming; the engine model has no such term, the replay adds it to
+each arrival):
 
 - lone requests (b = 1): ``TTFT = d + c0 + (c_prefill + c_kv) * P`` (the prefill iteration);
 - every request: ``TPOT = c0 + c_decode*b + c_kv*b*(P + O/2)`` (mean decode iteration, the
@@ -122,14 +123,18 @@ def predict_lone(fp: FittedProfile, prompt_tokens: int, output_tokens: int,
 
 def fit(rows: list[dict]) -> FittedProfile:
     """Non-negative least squares on relative residuals; reports in-sample errors."""
-    from scipy.optimize import nnls
+    from scipy.optimize import least_squares, nnls
 
     a, y, kind = _design(rows)
     if len(y) < 5 or not (kind == 0).any() or not (kind == 1).any():
         raise ConfigError("profile", "too few successful measurements to fit (need lone requests"
                           " and multi-token outputs)")
     w = 1.0 / y
-    x, _ = nnls(a * w[:, None], y * w)
+    x0, _ = nnls(a * w[:, None], y * w)
+    # robust refinement: CPU timings carry outliers (other processes, OS scheduling)
+    sol = least_squares(lambda x: (a @ x - y) * w, x0 + 1e-9, bounds=(0.0, np.inf),
+                        loss="soft_l1", f_scale=0.05)
+    x = sol.x
     d, c0, cp, cd, ck = (float(v) for v in x)
     prof = IterationProfile(c0=c0, c_prefill=cp, c_decode=cd, c_kv=ck)
     rel = np.abs(a @ x - y) / y
@@ -146,8 +151,8 @@ def fit(rows: list[dict]) -> FittedProfile:
 
     info = dict(
         source="inframind twin profile (per-request TTFT of lone requests, TPOT of every request)",
-        method="scipy.optimize.nnls on relative residuals; unknowns d, c0, c_prefill, c_decode,"
-               " c_kv",
+        method="relative residuals, scipy nnls start then least_squares soft_l1 (f_scale 0.05),"
+               " bounds >= 0; unknowns d, c0, c_prefill, c_decode, c_kv",
         n_requests=int(sum(r["status"] == "ok" for r in rows)),
         n_failed=int(sum(r["status"] != "ok" for r in rows)),
         n_ttft_eqs=int((kind == 0).sum()), n_tpot_eqs=int((kind == 1).sum()),

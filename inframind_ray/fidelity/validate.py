@@ -238,6 +238,7 @@ def plot(cases: list[Case], path_cdf: str, path_depth: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     fig, axes = plt.subplots(len(cases), 2, figsize=(10, 2.3 * len(cases)), squeeze=False)
     for row, c in zip(axes, cases, strict=True):
@@ -247,6 +248,7 @@ def plot(cases: list[Case], path_cdf: str, path_depth: str) -> None:
                 v = np.sort([r[key] - r["arrival_s"] for r in rows if math.isfinite(r[key])])
                 ax.step(v, np.arange(1, len(v) + 1) / len(v), style, where="post", label=name)
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_title(f"{c.name}: {label}", fontsize=9)
             ax.set_xlabel("seconds", fontsize=8)
             ax.grid(alpha=0.3)

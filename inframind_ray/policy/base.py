@@ -58,6 +58,25 @@ class ModelLoad:
         """Seconds since the snapshot was taken."""
         return max(0.0, now - self.timestamp)
 
+    @classmethod
+    def from_replicas(cls, model: str, snaps: list, timestamp: float,
+                      available: bool = True) -> ModelLoad:
+        """Sum queue counts and average KV usage and latency EWMAs over replica snapshots (any
+        objects with waiting, running, kv_usage, ttft_s, tpot_s, e2e_s)."""
+        n = len(snaps)
+        return cls(
+            model=model,
+            replicas=n,
+            waiting=sum(s.waiting for s in snaps),
+            running=sum(s.running for s in snaps),
+            kv_usage=sum(s.kv_usage for s in snaps) / n,
+            ttft_s=sum(s.ttft_s for s in snaps) / n,
+            tpot_s=sum(s.tpot_s for s in snaps) / n,
+            e2e_s=sum(s.e2e_s for s in snaps) / n,
+            timestamp=timestamp,
+            available=available,
+        )
+
 
 @dataclass(frozen=True)
 class SystemState:
@@ -175,6 +194,8 @@ class Policy(ABC):
     def decide(self, ctx: StepContext) -> StepDecision:
         """Choose model and strategy for one agent call. Do not override."""
         d = self._decide(ctx)
+        if not isinstance(d, StepDecision):
+            raise TypeError(f"{self.name}: _decide returned {type(d).__name__}, not StepDecision")
         if d.model not in self.pool.names:
             raise ValueError(f"{self.name}: chose unknown model {d.model!r}")
         if d.strategy not in ctx.allowed:

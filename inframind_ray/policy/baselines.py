@@ -27,6 +27,13 @@ IO_PLAN = Plan.make(Topology.IO)
 SAFETY = 0.85  # fraction of the per-step budget a predicted latency may use
 
 
+def candidates(pool: PoolInfo, ctx: StepContext) -> list:
+    """Models not masked as unavailable; all of them if the metrics show none (e.g. at start-up,
+    before any replica reported)."""
+    up = [m for m in pool.models if ctx.state.models[m.name].available]
+    return up or list(pool.models)
+
+
 class AlwaysStrongest(Policy):
     """Every query: one agent, the strongest model (train-split accuracy), step by step."""
 
@@ -118,7 +125,7 @@ class LeastLoaded(Policy):
             ld = ctx.state.models[m.name]
             return ((ld.waiting + ld.running) / (m.max_num_seqs * ld.replicas), -m.accuracy)
 
-        best = min((m for m in self.pool.models if ctx.state.models[m.name].available), key=load)
+        best = min(candidates(self.pool, ctx), key=load)
         return StepDecision(best.name, Strategy.DEEPTHINK)
 
 
@@ -145,10 +152,8 @@ class InfraHeuristic(Policy):
     def _decide(self, ctx: StepContext) -> StepDecision:
         per_step = ctx.remaining_budget_s / max(1, ctx.remaining_depth) * SAFETY
         best, best_key, fastest, fastest_t = None, None, None, float("inf")
-        for m in self.pool.models:
+        for m in candidates(self.pool, ctx):
             load = ctx.state.models[m.name]
-            if not load.available:
-                continue
             acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
             for s in ctx.allowed:
                 t = predict_latency(m, load, ctx.prompt_tokens(s), m.expected_tokens[s])

@@ -106,6 +106,16 @@ def build_fastapi(cfg: PoolConfig) -> FastAPI:
     return app
 
 
+async def _call(ref) -> dict:  # noqa: ANN001 - a Ray ObjectRef
+    """Await the orchestrator; an unexpected failure is a JSON 500 with one line, not a crash."""
+    try:
+        return await ref
+    except Exception as e:  # noqa: BLE001 - reported to the client and in the replica log
+        cause = getattr(e, "cause", None) or e
+        first = str(cause).strip().splitlines()[-1] if str(cause).strip() else ""
+        return {"http_status": 500, "error": f"internal error: {type(cause).__name__}: {first}"}
+
+
 def _reply(out: dict) -> JSONResponse:
     status = out.pop("http_status", 200)
     if status >= 400:
@@ -136,7 +146,7 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
         async def queries(self, body: QueryRequest) -> JSONResponse:
             if body.budget_s > max_budget:
                 return _error(422, f"budget_s: must be <= {max_budget:g} s")
-            return _reply(await self.orchestrator.query.remote(body.model_dump()))
+            return _reply(await _call(self.orchestrator.query.remote(body.model_dump())))
 
         @app.post("/v1/chat/completions")
         async def chat(self, body: ChatRequest) -> JSONResponse:
@@ -147,9 +157,9 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
             users = [m.content for m in body.messages if m.role == "user"]
             if not users or not users[-1].strip():
                 return _error(422, "messages: need a non-empty user message")
-            out = await self.orchestrator.query.remote({
+            out = await _call(self.orchestrator.query.remote({
                 "query": users[-1], "item_id": body.item_id, "budget_s": body.budget_s,
-                "policy": body.policy})
+                "policy": body.policy}))
             if out.get("http_status", 200) >= 400:
                 return _reply(out)
             content = out.get("text") or ""

@@ -59,19 +59,8 @@ class MetricsHub:
         newest = max(s.timestamp for s in snaps)
         fresh = [s for s in snaps if now - s.timestamp <= self.stale_after_s]
         stamp = min(s.timestamp for s in snaps) if len(fresh) < len(snaps) else newest
-        n = len(snaps)
-        return ModelLoad(
-            model=model,
-            replicas=n,
-            waiting=sum(s.waiting for s in snaps),
-            running=sum(s.running for s in snaps),
-            kv_usage=sum(s.kv_usage for s in snaps) / n,
-            ttft_s=sum(s.ttft_s for s in snaps) / n,
-            tpot_s=sum(s.tpot_s for s in snaps) / n,
-            e2e_s=sum(s.e2e_s for s in snaps) / n,
-            timestamp=stamp,
-            available=now - newest <= self.unavailable_after_s,
-        )
+        return ModelLoad.from_replicas(model, snaps, stamp,
+                                       available=now - newest <= self.unavailable_after_s)
 
     def system_state(self, loop_now: float) -> SystemState:
         """Loads with timestamps moved onto the caller's loop clock (``loop.time()``)."""

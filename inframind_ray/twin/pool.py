@@ -101,18 +101,7 @@ class ModelReplicas:
     def load(self) -> ModelLoad:
         """Aggregate snapshot of all replicas."""
         snaps = [e.snapshot() for e in self.engines]
-        n = len(snaps)
-        return ModelLoad(
-            model=self.name,
-            replicas=n,
-            waiting=sum(s.waiting for s in snaps),
-            running=sum(s.running for s in snaps),
-            kv_usage=sum(s.kv_usage for s in snaps) / n,
-            ttft_s=sum(s.ttft_s for s in snaps) / n,
-            tpot_s=sum(s.tpot_s for s in snaps) / n,
-            e2e_s=sum(s.e2e_s for s in snaps) / n,
-            timestamp=min(s.timestamp for s in snaps),
-        )
+        return ModelLoad.from_replicas(self.name, snaps, min(s.timestamp for s in snaps))
 
 
 def build_engines(cfg: PoolConfig, scheduling: str | None = None) -> dict[str, ModelReplicas]:

