@@ -1,0 +1,102 @@
+"""Observation features of the learned policy, built from exactly what the baselines see
+(query, plan, node, budget left, live per-model metrics, the latency price list)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from inframind_ray.policy.base import PoolInfo, QueryInfo, StepContext, SystemState
+from inframind_ray.policy.latency import predict_latency
+from inframind_ray.workflow.prompts import Strategy
+from inframind_ray.workflow.topology import (
+    AGGREGATOR_ROLE,
+    DEFAULT_ROLES,
+    NodeKind,
+    Plan,
+    Topology,
+)
+
+EMB_DIM = 384
+STRATEGIES = tuple(Strategy)
+ROLES = (*DEFAULT_ROLES, AGGREGATOR_ROLE)
+KINDS = tuple(NodeKind)
+TOPOLOGIES = tuple(Topology)
+# The planner's discrete choices: (topology, K)
+PLAN_ACTIONS: tuple[tuple[Topology, int], ...] = (
+    (Topology.IO, 1), (Topology.COT, 1),
+    (Topology.CHAIN, 2), (Topology.CHAIN, 3), (Topology.CHAIN, 4),
+    (Topology.DEBATE, 2), (Topology.DEBATE, 3), (Topology.DEBATE, 4),
+    (Topology.REFLECTION, 2),
+    (Topology.FULLCONNECTED, 2), (Topology.FULLCONNECTED, 3), (Topology.FULLCONNECTED, 4),
+)
+PER_MODEL = 6  # waiting, running, kv_usage, e2e, age, available
+STALE_MASK_S = 10.0  # executor masks models whose metrics are older than this
+
+
+def plan_of(action: int) -> Plan:
+    """The plan of a planner action index."""
+    topo, k = PLAN_ACTIONS[action]
+    return Plan.make(topo, k=k)
+
+
+class FeatureBuilder:
+    """Fixed-size vectors and action masks for one pool (model order = pool order)."""
+
+    def __init__(self, pool: PoolInfo) -> None:
+        self.pool = pool
+        self.m = len(pool.models)
+        self.z_dim = 2 + PER_MODEL * self.m
+        self.sem_dim = EMB_DIM + len(ROLES) + len(KINDS) + len(TOPOLOGIES)
+        self.res_dim = 3 + PER_MODEL * self.m + self.m * len(STRATEGIES)
+        self.n_plan = len(PLAN_ACTIONS)
+        self.n_exec = self.m * len(STRATEGIES)
+
+    def _models(self, state: SystemState) -> np.ndarray:
+        out = []
+        for info in self.pool.models:
+            ld = state.models[info.name]
+            slots = info.max_num_seqs * max(1, ld.replicas)
+            out += [ld.waiting / slots, ld.running / slots, ld.kv_usage,
+                    min(ld.e2e_s / 10.0, 10.0), min(ld.age(state.now) / 5.0, 10.0),
+                    float(ld.available)]
+        return np.asarray(out, np.float32)
+
+    @staticmethod
+    def _emb(q: QueryInfo) -> np.ndarray:
+        if q.embedding is None:
+            return np.zeros(EMB_DIM, np.float32)
+        return np.asarray(q.embedding, np.float32)
+
+    def planner(self, q: QueryInfo, state: SystemState) -> dict[str, np.ndarray]:
+        """Query embedding, system-state vector z0 and the (all-valid) action mask."""
+        z = np.concatenate([[q.budget_s / 100.0, np.log1p(q.budget_s) / 5.0],
+                            self._models(state)]).astype(np.float32)
+        return {"emb": self._emb(q), "z": z, "mask": np.ones(self.n_plan, np.float32)}
+
+    def executor(self, ctx: StepContext) -> dict[str, np.ndarray]:
+        """Semantic and resource pathways, and the mask over (model, strategy)."""
+        sem = np.zeros(self.sem_dim - EMB_DIM, np.float32)
+        sem[ROLES.index(ctx.node.role) if ctx.node.role in ROLES else 0] = 1.0
+        sem[len(ROLES) + KINDS.index(ctx.node.kind)] = 1.0
+        sem[len(ROLES) + len(KINDS) + TOPOLOGIES.index(ctx.plan.topology)] = 1.0
+        per_step = max(1e-3, ctx.remaining_budget_s / max(1, ctx.remaining_depth))
+        prices, mask = [], []
+        for info in self.pool.models:
+            ld = ctx.state.models[info.name]
+            ok = ld.available and ld.age(ctx.now) <= STALE_MASK_S
+            for s in STRATEGIES:
+                t = predict_latency(info, ld, ctx.prompt_tokens(s), info.expected_tokens[s])
+                prices.append(min(t / per_step, 5.0))
+                mask.append(float(ok and s in ctx.allowed))
+        if not any(mask):  # nothing reported yet: allow every model, keep the strategy mask
+            mask = [float(s in ctx.allowed) for _ in self.pool.models for s in STRATEGIES]
+        res = np.concatenate([[ctx.remaining_budget_s / 100.0, ctx.remaining_depth / 5.0,
+                               min(per_step / 100.0, 10.0)], self._models(ctx.state),
+                              prices]).astype(np.float32)
+        return {"sem": np.concatenate([self._emb(ctx.query), sem]).astype(np.float32),
+                "res": res, "mask": np.asarray(mask, np.float32)}
+
+    def decision(self, action: int) -> tuple[str, Strategy]:
+        """(model, strategy) of an executor action index."""
+        m, s = divmod(action, len(STRATEGIES))
+        return self.pool.models[m].name, STRATEGIES[s]
