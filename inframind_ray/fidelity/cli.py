@@ -59,6 +59,9 @@ def profile(
     hardware: Annotated[str | None, typer.Option(
         help="hardware label (default: this machine's CPU model)")] = None,
     num_gpus: Annotated[int, typer.Option(help="GPUs per replica (label only)")] = 0,
+    pin: Annotated[bool, typer.Option(
+        help="keep this process off the vLLM CPU worker's cores (VLLM_CPU_OMP_THREADS_BIND)"
+    )] = True,
 ) -> None:
     """Drive the served model through a grid of batch sizes and prompt/output lengths, record
     per-request TTFT, TPOT and E2E plus the engine's own metrics, and fit the twin's iteration
@@ -70,7 +73,13 @@ def profile(
     import pandas as pd
 
     from inframind_ray.fidelity import profile as P
-    from inframind_ray.fidelity.real import PromptMaker, load_model, model_with, open_engine
+    from inframind_ray.fidelity.real import (
+        PromptMaker,
+        load_model,
+        model_with,
+        open_engine,
+        pin_driver,
+    )
 
     grid = P.GridSpec(_ints(batches, "batches"), _ints(prompts, "prompts"),
                       _ints(outputs, "outputs"), repeats)
@@ -81,6 +90,8 @@ def profile(
     out = out or Path(f"runs/fidelity/profile-{model}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     maker = PromptMaker(m)
+    if pin and (cores := pin_driver(m)):
+        console.print(f"driver pinned to cores {sorted(cores)}")
 
     async def go():
         with console.status(f"starting engine {m.name!r} ({m.engine.kind})"):
@@ -146,6 +157,9 @@ def validate(
     profile_key: Annotated[str | None, typer.Option(
         help="profile key when the file holds several")] = None,
     seed: Annotated[int, typer.Option(help="seed of arrivals, lengths and deadlines")] = 0,
+    pin: Annotated[bool, typer.Option(
+        help="keep this process off the vLLM CPU worker's cores (VLLM_CPU_OMP_THREADS_BIND)"
+    )] = True,
 ) -> None:
     """Replay the same arrivals (Poisson per rate, a bursty trace, mixed deadlines, a small KV
     cache) against the real engine and the twin with the fitted profile; report per-request TTFT
@@ -161,7 +175,13 @@ def validate(
     if requests < 2:
         raise ConfigError("requests", "must be >= 2")
     from inframind_ray.fidelity import validate as V
-    from inframind_ray.fidelity.real import PromptMaker, load_model, model_with, open_engine
+    from inframind_ray.fidelity.real import (
+        PromptMaker,
+        load_model,
+        model_with,
+        open_engine,
+        pin_driver,
+    )
 
     pool, m = load_model(str(config), model)
     kv_rate = kv_rate if m.engine.kind == "vllm" else 0.0
@@ -169,6 +189,8 @@ def validate(
                          edf_rate=edf_rate or None, kv_rate=kv_rate or None)
     out.mkdir(parents=True, exist_ok=True)
     maker = PromptMaker(m, seed)
+    if pin and (cores := pin_driver(m)):
+        console.print(f"driver pinned to cores {sorted(cores)}")
     infos = {}
 
     async def run_on(mcfg, label: str, group: list) -> None:

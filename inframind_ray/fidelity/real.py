@@ -183,3 +183,33 @@ class PromptMaker:
             else:
                 hi = mid - 1
         return " ".join(words[:lo])
+
+
+def _cpu_list(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def pin_driver(model: ModelConfig) -> set[int] | None:
+    """Keep this process (the driver and vLLM's front end) and the engine-core process it spawns
+    off the cores the vLLM CPU worker is bound to (``VLLM_CPU_OMP_THREADS_BIND``): on a small
+    machine they otherwise steal the worker's core and add noise to every step. Returns the
+    cores used, or None when nothing was changed."""
+    spec = model.engine
+    bind = getattr(spec, "env", {}).get("VLLM_CPU_OMP_THREADS_BIND")
+    if spec.kind != "vllm" or not bind or not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        rest = os.sched_getaffinity(0) - _cpu_list(bind)
+    except ValueError:
+        return None
+    if not rest:
+        return None
+    os.sched_setaffinity(0, rest)
+    return rest
