@@ -1,0 +1,1 @@
+"""Learning plane: the RLlib multi-agent environment over the twin (training comes next)."""

@@ -1,0 +1,240 @@
+"""An RLlib ``MultiAgentEnv`` over the twin, with many queries in flight at once.
+
+Every decision is an agent that acts exactly once: ``plan/<n>`` (the planner of query n) and
+``step/<n>/<node>`` (the executor at one node of its DAG). Agents are terminated, with their own
+reward, when their query ends. The simulation runs in a worker thread on the virtual clock; a
+bridge policy posts each decision's observation and blocks until ``step`` brings the action, so
+simulated time stands still while the learner thinks and each ``step`` answers one decision.
+
+Reward (quality first, LAMaS credit): ``quality - lam * cost * w`` where quality is 1 for a correct
+answer within budget, cost is the lateness ``min(1, max(0, latency / budget - 1))`` (1 when the
+query was aborted at its deadline) and ``w`` is 1 for the planner and ``l(o) / T`` for a node o
+(nodes on the longest path through o over the critical path). ``infos`` carry quality and cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from dataclasses import replace
+
+import gymnasium as gym
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from ray.rllib.env.multi_agent_env import MultiAgentEnv
+
+from inframind_ray.config import load_pool
+from inframind_ray.policy.base import Policy, QueryInfo, StepContext, StepDecision, SystemState
+from inframind_ray.policy.features import FeatureBuilder, plan_of
+from inframind_ray.twin.backend import TwinBackend
+from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.twin.pool import build_engines, build_pool_info
+from inframind_ray.twin.simloop import run_simulated
+from inframind_ray.twin.workload import WorkloadSpec, make_queries
+from inframind_ray.workflow.runner import QueryResult, run_query
+from inframind_ray.workflow.topology import Plan, build_graph
+
+MAX_NODES = 9  # Debate(K=4, 2 rounds) + aggregator
+
+
+class EnvConfig(BaseModel):
+    """Episode randomisation and reward settings (validated)."""
+
+    model_config = ConfigDict(extra="forbid")
+    pool: str = "default"
+    queries_per_episode: int = Field(40, ge=1, le=2000)
+    rate_range: tuple[float, float] = (10.0, 300.0)
+    trace_fraction: float = Field(0.2, ge=0, le=1)
+    budget_ranges: list[tuple[float, float]] = [(20.0, 90.0), (15.0, 45.0), (30.0, 120.0)]
+    split: str = "train"
+    lam: float = Field(1.0, ge=0)
+
+
+def _first_valid(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask > 0)[0])
+
+
+class _Bridge(Policy):
+    """Posts each decision to the env thread and waits for the action."""
+
+    name = "rl-bridge"
+
+    def __init__(self, env: TwinOrchestrationEnv) -> None:
+        super().__init__(env.info)
+        self.env = env
+
+    def _ask(self, aid: str, obs: dict) -> int:
+        if self.env._draining:
+            return _first_valid(obs["mask"])
+        self.env._events.put(("ask", aid, obs))
+        return self.env._actions.get()
+
+    @staticmethod
+    def _n(q: QueryInfo) -> int:
+        return int(q.query_id[1:6])
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        obs = self.env.features.planner(query, state)
+        return plan_of(self._ask(f"plan/{self._n(query)}", obs))
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        obs = self.env.features.executor(ctx)
+        model, strategy = self.env.features.decision(
+            self._ask(f"step/{self._n(ctx.query)}/{ctx.node.id}", obs))
+        return StepDecision(model, strategy)
+
+
+class TwinOrchestrationEnv(MultiAgentEnv):
+    """See the module docstring."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__()
+        self.cfg = EnvConfig.model_validate(config or {})
+        self.pool = load_pool(self.cfg.pool)
+        self.outcome = OutcomeModel({m.name: m.recorded for m in self.pool.models})
+        self.info = build_pool_info(self.pool, self.outcome)
+        self.features = f = FeatureBuilder(self.info)
+        n = self.cfg.queries_per_episode
+        box = lambda d: gym.spaces.Box(-np.inf, np.inf, (d,), np.float32)  # noqa: E731
+        mask = lambda d: gym.spaces.Box(0.0, 1.0, (d,), np.float32)  # noqa: E731
+        plan_space = gym.spaces.Dict({"emb": box(384), "z": box(f.z_dim), "mask": mask(f.n_plan)})
+        exec_space = gym.spaces.Dict({"sem": box(f.sem_dim), "res": box(f.res_dim),
+                                      "mask": mask(f.n_exec)})
+        self.possible_agents = [f"plan/{i}" for i in range(n)] + [
+            f"step/{i}/{j}" for i in range(n) for j in range(MAX_NODES)]
+        self.observation_spaces = {a: plan_space if a.startswith("plan") else exec_space
+                                   for a in self.possible_agents}
+        self.action_spaces = {a: gym.spaces.Discrete(f.n_plan if a.startswith("plan")
+                                                     else f.n_exec)
+                              for a in self.possible_agents}
+        self.agents = []
+        self._thread: threading.Thread | None = None
+        self._events: queue.Queue = queue.Queue()
+        self._actions: queue.Queue = queue.Queue()
+        self._draining = False
+        self._pending: str | None = None
+        self._last_obs: dict[str, dict] = {}
+        self.episode_stats: dict = {}
+
+    # ------------------------------------------------------------------ episode
+    def _sample_spec(self, rng: np.random.Generator) -> WorkloadSpec:
+        lo, hi = self.cfg.rate_range
+        rate = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+        arrivals = "trace:azure_conv" if rng.random() < self.cfg.trace_fraction else "poisson"
+        budget = self.cfg.budget_ranges[int(rng.integers(len(self.cfg.budget_ranges)))]
+        return WorkloadSpec(rate, self.cfg.queries_per_episode, arrivals, self.cfg.split,
+                            tuple(budget), int(rng.integers(2**31)))
+
+    def _simulate(self, spec: WorkloadSpec) -> None:
+        queries = make_queries(spec, self.outcome)
+        bridge = _Bridge(self)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            engines = build_engines(self.pool)
+            backend = TwinBackend(engines, self.outcome)
+
+            def state() -> SystemState:
+                return SystemState(loop.time(), {m: r.load() for m, r in engines.items()})
+
+            async def one(q: QueryInfo) -> None:
+                res = await run_query(q, bridge, backend, state,
+                                      abort_on_deadline=self.pool.engine.on_deadline == "abort")
+                self._events.put(("done", res))
+
+            tasks = []
+            for q in queries:
+                await asyncio.sleep(max(0.0, q.arrival_s - loop.time()))
+                tasks.append(loop.create_task(one(replace(q, arrival_s=loop.time()))))
+            await asyncio.gather(*tasks)
+
+        try:
+            run_simulated(main())
+        finally:
+            self._events.put(("end", None))
+
+    def _stop_thread(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._draining = True
+            if self._pending is not None:
+                self._actions.put(_first_valid(self._last_obs[self._pending]["mask"]))
+            self._thread.join()
+        self._thread = None
+        self._draining = False
+        self._pending = None
+        self._events = queue.Queue()
+        self._actions = queue.Queue()
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start a new episode (random rate, arrivals and budgets)."""
+        self._stop_thread()
+        rng = np.random.default_rng(seed)
+        spec = self._sample_spec(rng)
+        self.episode_stats = {"rate_per_min": spec.rate_per_min, "arrivals": spec.arrivals,
+                              "budget_range_s": spec.budget_range_s, "goodput": 0.0,
+                              "queries_done": 0}
+        self._last_obs = {}
+        self.agents = []
+        self._thread = threading.Thread(target=self._simulate, args=(spec,), daemon=True)
+        self._thread.start()
+        obs, _, _, _, infos = self._collect()
+        return obs, infos
+
+    def step(self, action_dict: dict):
+        """Answer the pending decision; run until the next one (or the episode's end)."""
+        if self._pending is None or self._pending not in action_dict:
+            raise ValueError(f"expected an action for {self._pending!r}")
+        self._actions.put(int(action_dict[self._pending]))
+        self._pending = None
+        return self._collect()
+
+    # ------------------------------------------------------------------ plumbing
+    def _collect(self):
+        obs, rewards, terms, infos = {}, {}, {}, {}
+        while True:
+            kind, *payload = self._events.get()
+            if kind == "ask":
+                aid, o = payload
+                self._pending = aid
+                self._last_obs[aid] = o
+                self.agents.append(aid)
+                obs[aid] = o
+                infos.setdefault(aid, {})
+                break
+            if kind == "done":
+                self._reward(payload[0], obs, rewards, terms, infos)
+                continue
+            terms["__all__"] = True  # end
+            break
+        terms.setdefault("__all__", False)
+        return obs, rewards, terms, {"__all__": False}, infos
+
+    def _reward(self, res: QueryResult, obs, rewards, terms, infos) -> None:
+        q = res.query
+        correct = self.outcome.is_correct(q.item_id, res.answer)
+        quality = float(correct and res.within_budget)
+        late = min(1.0, max(0.0, res.latency / q.budget_s - 1.0))
+        cost = late if res.status == "ok" else 1.0  # aborted at the deadline: full cost
+        n = int(q.query_id[1:6])
+        graph = build_graph(res.plan)
+        depth = graph.critical_path_len
+        weights = {f"plan/{n}": 1.0}
+        weights |= {f"step/{n}/{s.node_id}": graph.path_through(s.node_id) / depth
+                    for s in res.steps}
+        for aid, w in weights.items():
+            if aid not in self._last_obs or aid in terms:
+                continue
+            obs[aid] = self._last_obs[aid]
+            rewards[aid] = quality - self.cfg.lam * cost * w
+            terms[aid] = True
+            infos[aid] = {"quality": quality, "cost": cost, "weight": w}
+            if aid in self.agents:
+                self.agents.remove(aid)
+        s = self.episode_stats
+        s["queries_done"] += 1
+        s["goodput"] += (quality - s["goodput"]) / s["queries_done"]
+
+    def close(self) -> None:
+        """Stop the simulation thread."""
+        self._stop_thread()
