@@ -15,7 +15,7 @@ from inframind_ray.policy.base import QueryInfo, SystemState
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import build_engines, build_pool_info
+from inframind_ray.twin.pool import build_engines, build_pool_info, pool_state
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import WorkloadSpec, make_queries
 from inframind_ray.workflow.runner import QueryResult, run_query
@@ -67,8 +67,7 @@ def run_cell(spec: CellSpec) -> CellResult:
     info = build_pool_info(spec.pool, outcome)
     policy = make_policy(
         spec.policy, info, spec.workload.seed,
-        is_correct=lambda q, m, s: outcome.is_correct(
-            q.item_id, outcome.strategy_answer(q.item_id, m, s)[0]),
+        is_correct=lambda q, m, s: outcome.would_be_correct(q.item_id, m, s),
     )
     abort = spec.pool.engine.on_deadline == "abort"
     horizon = queries[-1].arrival_s + HORIZON_FACTOR * max(q.budget_s for q in queries)
@@ -80,7 +79,7 @@ def run_cell(spec: CellSpec) -> CellResult:
         backend = TwinBackend(engines, outcome)
 
         def state() -> SystemState:
-            return SystemState(loop.time(), {m: r.load() for m, r in engines.items()})
+            return pool_state(engines)
 
         done = asyncio.Event()
 

@@ -29,7 +29,7 @@ from inframind_ray.policy.base import Policy, QueryInfo, StepContext, StepDecisi
 from inframind_ray.policy.features import FeatureBuilder, plan_of
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import build_engines, build_pool_info
+from inframind_ray.twin.pool import build_engines, build_pool_info, pool_state
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import WorkloadSpec, make_queries
 from inframind_ray.workflow.runner import QueryResult, run_query
@@ -136,7 +136,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
             backend = TwinBackend(engines, self.outcome)
 
             def state() -> SystemState:
-                return SystemState(loop.time(), {m: r.load() for m, r in engines.items()})
+                return pool_state(engines)
 
             async def one(q: QueryInfo) -> None:
                 res = await run_query(q, bridge, backend, state,

@@ -110,8 +110,7 @@ class Orchestrator:
             try:
                 self.policies[name] = make_policy(
                     name, self.pool_info, 0,
-                    is_correct=lambda q, m, s: q.item_id is not None and self.outcome.is_correct(
-                        q.item_id, self.outcome.strategy_answer(q.item_id, m, s)[0]))
+                    is_correct=lambda q, m, s: self.outcome.would_be_correct(q.item_id, m, s))
             except ValueError as e:
                 raise UserError(str(e)) from None
         return self.policies[name]

@@ -80,8 +80,6 @@ class DeadlineQueue:
         waited = self.clock() - t0
         try:
             res = await run(req)
-        except asyncio.CancelledError:
-            raise
         except Exception as e:  # an engine failure answers this request, never loses it
             res = GenerateResult(req.request_id, "error", detail=f"{type(e).__name__}: {e}")
         finally:

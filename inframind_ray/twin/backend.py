@@ -9,7 +9,6 @@ from inframind_ray.engine.request import EngineRequest, RequestStatus
 from inframind_ray.policy.base import prompt_tokens as prompt_tokens_of
 from inframind_ray.twin.outcome import OutcomeModel
 from inframind_ray.twin.pool import ModelReplicas
-from inframind_ray.workflow.prompts import extract_answer, format_answer
 from inframind_ray.workflow.runner import AgentCall, AgentResult
 
 _STATUS = {RequestStatus.FINISHED: "ok", RequestStatus.REJECTED: "rejected",
@@ -30,19 +29,10 @@ class TwinBackend:
         loop = asyncio.get_running_loop()
         start = loop.time()
         q = call.query
-        ups = [u.output_tokens for u in call.upstream if u.status == "ok"]
-        if q.item_id is not None:
-            letters = [extract_answer(u.text) for u in call.upstream if u.status == "ok"]
-            letter, tokens = self.outcome.respond(
-                q.item_id, call.model, call.strategy, call.node.kind, letters
-            )
-            text_ok = format_answer(letter)
-        else:
-            letter, tokens = None, round(self.outcome.expected_tokens[call.model][call.strategy])
-            text_ok = "[simulated response: the twin replays recorded benchmark answers only]"
-        if tokens > call.max_tokens:
-            tokens, text_ok = call.max_tokens, format_answer(None)
-        prompt_tokens = prompt_tokens_of(q, call.strategy, sum(ups))
+        ups = [u for u in call.upstream if u.status == "ok"]
+        text_ok, tokens = self.outcome.reply(q.item_id, call.model, call.strategy, call.node.kind,
+                                             [u.answer for u in ups], call.max_tokens)
+        prompt_tokens = prompt_tokens_of(q, call.strategy, sum(u.output_tokens for u in ups))
         req = EngineRequest(f"{q.query_id}/{call.node.id}/{next(self._ids)}", prompt_tokens, tokens,
                             deadline=call.deadline)
         res = await self.replicas[call.model].pick().generate(req)

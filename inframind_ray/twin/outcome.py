@@ -14,8 +14,11 @@ import numpy as np
 
 from inframind_ray import assumptions as A
 from inframind_ray import data
-from inframind_ray.workflow.prompts import LETTERS, Strategy
+from inframind_ray.workflow.prompts import LETTERS, Strategy, format_answer
 from inframind_ray.workflow.topology import NodeKind
+
+SIMULATED_TEXT = ("[twin engine: a simulated response; the twin replays recorded answers for "
+                  "MMLU-Pro benchmark items only]")
 
 
 def _u(*keys: object) -> float:
@@ -143,6 +146,31 @@ class OutcomeModel:
         if tokens > self.max_tokens[model][strategy]:
             return None, self.max_tokens[model][strategy]  # truncated: no answer
         return letter, tokens
+
+    def reply(
+        self,
+        item_id: int | None,
+        model: str,
+        strategy: Strategy,
+        kind: NodeKind,
+        upstream: Sequence[str | None],
+        max_tokens: int,
+    ) -> tuple[str, int]:
+        """(response text, output tokens) of one agent call, cut at ``max_tokens`` (a truncated
+        answer says nothing). Free text (no item) gets a line saying it is simulated."""
+        if item_id is not None:
+            letter, tokens = self.respond(item_id, model, strategy, kind, upstream)
+            text = format_answer(letter)
+        else:
+            tokens, text = round(self.expected_tokens[model][strategy]), SIMULATED_TEXT
+        if tokens > max_tokens:
+            return format_answer(None), max_tokens
+        return text, tokens
+
+    def would_be_correct(self, item_id: int | None, model: str, strategy: Strategy) -> bool:
+        """Whether a lone agent (model, strategy) answers the item right (the oracle's view)."""
+        return item_id is not None and self.is_correct(
+            item_id, self.strategy_answer(item_id, model, strategy)[0])
 
     def respond(
         self,

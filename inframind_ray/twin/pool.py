@@ -3,6 +3,7 @@ see."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from inframind_ray import assumptions as A
@@ -10,7 +11,7 @@ from inframind_ray import data
 from inframind_ray.config import ModelConfig, PoolConfig
 from inframind_ray.engine.profile import IterationProfile
 from inframind_ray.errors import ConfigError
-from inframind_ray.policy.base import ModelInfo, ModelLoad, PoolInfo
+from inframind_ray.policy.base import ModelInfo, ModelLoad, PoolInfo, SystemState
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.outcome import OutcomeModel
 
@@ -102,6 +103,12 @@ class ModelReplicas:
         """Aggregate snapshot of all replicas."""
         snaps = [e.snapshot() for e in self.engines]
         return ModelLoad.from_replicas(self.name, snaps, min(s.timestamp for s in snaps))
+
+
+def pool_state(engines: dict[str, ModelReplicas]) -> SystemState:
+    """Every model's live load, timestamped by the running loop's clock."""
+    return SystemState(asyncio.get_running_loop().time(),
+                       {m: r.load() for m, r in engines.items()})
 
 
 def build_engines(cfg: PoolConfig, scheduling: str | None = None) -> dict[str, ModelReplicas]:

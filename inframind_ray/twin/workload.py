@@ -28,6 +28,10 @@ class WorkloadSpec:
     budget_range_s: tuple[float, float] = (20.0, 90.0)
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        # the arrival stream is keyed on the rate's text: 300 and 300.0 must be the same rate
+        object.__setattr__(self, "rate_per_min", float(self.rate_per_min))
+
     def validate(self) -> None:
         """Raise ConfigError naming the bad field."""
         if not self.rate_per_min > 0:

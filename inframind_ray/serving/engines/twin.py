@@ -16,9 +16,6 @@ from inframind_ray.twin.pool import derive_hardware
 from inframind_ray.workflow.prompts import Strategy, format_answer
 from inframind_ray.workflow.topology import NodeKind
 
-SIMULATED_TEXT = ("[twin engine: a simulated response; the twin replays recorded answers for "
-                  "MMLU-Pro benchmark items only]")
-
 
 class WallClockTwinEngine(Engine):
     """Serves one pool model with the twin's engine model in real asyncio time."""
@@ -39,16 +36,8 @@ class WallClockTwinEngine(Engine):
         """Answer from the recorded outcomes; take as long as the engine model says."""
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        strategy = Strategy(req.strategy)
-        if req.item_id is not None:
-            letter, tokens = self.outcome.respond(req.item_id, self.name, strategy,
-                                                  NodeKind(req.kind), list(req.upstream_answers))
-            text = format_answer(letter)
-        else:
-            tokens = round(self.outcome.expected_tokens[self.name][strategy])
-            text = SIMULATED_TEXT
-        if tokens > req.max_tokens:
-            tokens, text = req.max_tokens, format_answer(None)
+        text, tokens = self.outcome.reply(req.item_id, self.name, Strategy(req.strategy),
+                                          NodeKind(req.kind), req.upstream_answers, req.max_tokens)
         prompt = req.prompt_tokens_hint or math.ceil(len(req.prompt.split()) * TOKENS_PER_WORD)
         deadline = t0 + (req.deadline - time.time())
         ereq = EngineRequest(req.request_id, prompt, max(1, tokens), deadline=deadline)
