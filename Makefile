@@ -3,7 +3,7 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-cpu demo test bench speed overhead data
+.PHONY: install install-cpu demo test bench speed overhead data embeddings policy bench-learned
 
 # Base install: torch first, pinned to the CPU wheel (never a CUDA build), then the project.
 $(VENV)/.base: pyproject.toml
@@ -29,14 +29,22 @@ test: install-cpu  ## lint + the whole test suite (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
-bench: install  ## the twin sweep recorded in docs/twin.md
+bench: install  ## the twin sweep recorded in docs/twin.md and docs/learning.md
 	$(BIN)/inframind bench --queries 1000 --seed 0 --out docs/bench/default
+
+policy: install  ## retrain the shipped default policy (docs/learning.md), about 40 min on 2 cores
+	$(BIN)/inframind train -c rllib_configs/default.yaml --out runs/train-default
+	rm -rf inframind_ray/data/policy && cp -r runs/train-default/policy inframind_ray/data/policy
+	mkdir -p docs/learning && cp runs/train-default/metrics.jsonl runs/train-default/summary.json runs/train-default/training.png docs/learning/
 
 speed: install  ## the twin speed figure in docs/twin.md
 	$(BIN)/python scripts/twin_speed.py --queries 2400 --out docs/bench/speed.json
 
 overhead: install  ## the serving overhead figure in docs/serving.md
 	$(BIN)/inframind overhead --n 300 --out docs/serving/overhead
+
+embeddings: install  ## MiniLM embeddings of every MMLU-Pro item (about 10 min on 2 cores)
+	$(BIN)/python scripts/derive_embeddings.py
 
 data:  ## re-derive the shipped data from ../shared/data (maintainers only)
 	$(BIN)/python scripts/derive_data.py --shared ../shared/data

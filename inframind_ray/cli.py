@@ -19,7 +19,7 @@ from inframind_ray.fidelity.cli import twin_app  # noqa: E402
 
 app.add_typer(twin_app, name="twin")
 
-ALL_POLICIES = ("always-strongest,static-task,moa,random,round-robin,least-loaded,"
+ALL_POLICIES = ("inframind,always-strongest,static-task,moa,random,round-robin,least-loaded,"
                 "infra-heuristic,oracle")
 
 
@@ -50,6 +50,8 @@ def bench(
     scheduling: Annotated[str, typer.Option(help="pool | edf | fcfs (override the pool)")] = (
         "pool"),
     jobs: Annotated[int, typer.Option(help="parallel processes (0 = all cores)")] = 0,
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="learned-policy checkpoint for 'inframind' (default: the shipped policy)")] = None,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/bench"),
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
@@ -82,14 +84,75 @@ def bench(
     if scheduling not in ("pool", "edf", "fcfs"):
         raise ConfigError("scheduling", f"must be pool, edf or fcfs, got {scheduling!r}")
     cfg = load_pool(pool)
+    if "inframind" in pols:  # fail here, in one line, not inside a worker
+        from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
+        from inframind_ray.twin.outcome import OutcomeModel
+        from inframind_ray.twin.pool import build_pool_info
+
+        info = build_pool_info(cfg, OutcomeModel({m.name: m.recorded for m in cfg.models}))
+        LearnedPolicy.load(checkpoint or DEFAULT_CHECKPOINT, info)
     spec = SweepSpec(cfg, str(pool), pols, rate_vals, queries, arrivals, split,
-                     (lohi[0], lohi[1]), seed, None if scheduling == "pool" else scheduling)
+                     (lohi[0], lohi[1]), seed, None if scheduling == "pool" else scheduling,
+                     str(checkpoint) if checkpoint else None)
     results, wall = run_sweep(spec, jobs or None, progress)
     doc = write_outputs(out, spec, results, wall)
     console.print(table(doc))
     sim = doc["meta"]["simulated_s"]
     console.print(f"wrote {out}/results.json, Parquet records and plots; {len(results)} cells, "
                   f"{sim:.0f} simulated s in {wall:.1f} wall s")
+
+
+@app.command()
+def train(
+    config: Annotated[Path, typer.Option("-c", "--config", help="training YAML "
+                                         "(see rllib_configs/)")],
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/train"),
+    resume: Annotated[bool, typer.Option(help="continue from OUT/rllib")] = False,
+    progress: Annotated[bool, typer.Option(help="show progress")] = True,
+) -> None:
+    """Train the hierarchical constrained policy with RLlib PPO in the twin.
+
+    Writes OUT/metrics.jsonl (one row per iteration: returns, lambda, cost, and every few
+    iterations validation goodput and model/strategy/topology mix per rate),
+    OUT/checkpoints/iter_N, OUT/rllib (for --resume), OUT/policy (best on the validation split)
+    and OUT/summary.json. Use the result with `inframind bench --checkpoint OUT/policy`.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from inframind_ray.learning.train import load_train_config
+    from inframind_ray.learning.train import train as run_training
+
+    cfg = load_train_config(config)
+    if resume and not (out / "rllib" / "done_iterations").exists():
+        raise ConfigError("resume", f"nothing to resume in {out} (no {out}/rllib)")
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, disable=not progress) as bar:
+        task = bar.add_task("PPO iterations", total=cfg.ppo.iterations)
+
+        def show(row: dict) -> None:
+            parts = [f"iter {row['iteration']:3d} {row['phase']:10s}"]
+            if row.get("train_goodput") is not None:
+                parts.append(f"train goodput {row['train_goodput']:.3f}")
+            if row.get("lambda") is not None:
+                parts.append(f"lambda {row['lambda']:.3f}")
+            if row.get("mean_cost") is not None:
+                parts.append(f"cost {row['mean_cost']:.3f}")
+            for e in row.get("eval", []):
+                top = max(e["model_mix"].items(), key=lambda kv: kv[1], default=("-", 0))
+                parts.append(f"val@{e['rate_per_min']:g} {e['goodput']:.3f} "
+                             f"({top[0]} {top[1]:.0%})")
+            bar.console.print("  ".join(parts))
+            bar.update(task, completed=row["iteration"] if row["phase"] == "ppo" else 0)
+
+        summary = run_training(cfg, out, resume=resume, on_row=show, progress=progress)
+    console.print(f"validation goodput (mean over rates): untrained "
+                  f"{summary['untrained_val_goodput']:.3f} -> best "
+                  f"{summary['best_val_goodput']:.3f} (iteration {summary['best_iteration']}); "
+                  f"final lambda {summary['final_lambda']}")
+    if summary["collapse"]:
+        console.print(f"[yellow]collapse guard: {summary['collapse']}[/yellow]")
+    console.print(f"wrote {out}/policy, {out}/metrics.jsonl, {out}/summary.json")
 
 
 @app.command()
@@ -249,12 +312,13 @@ def demo(
     high: Annotated[float, typer.Option(help="high rate, req/min")] = 300.0,
     low_duration: Annotated[float, typer.Option(help="seconds of arrivals, low rate")] = 40.0,
     high_duration: Annotated[float, typer.Option(help="seconds of arrivals, high rate")] = 75.0,
-    policies: Annotated[str, typer.Option()] = "infra-heuristic,always-strongest",
+    policies: Annotated[str, typer.Option(help="comma-separated policies to compare")] = (
+        "inframind,infra-heuristic,always-strongest"),
     budget: Annotated[str, typer.Option(help="latency budget range MIN,MAX seconds")] = "15,45",
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/demo-serve"),
 ) -> None:
     """Start local Ray, serve the twin pool, load it at a low and a high rate through the HTTP
-    API for two policies, print the comparison, shut down."""
+    API for each policy, print the comparison, shut down."""
     import asyncio
     import json
 

@@ -125,7 +125,10 @@ class ServingConfig(BaseModel):
     port: int = Field(8000, ge=1, le=65535)
     proxy_location: Literal["HeadOnly", "EveryNode", "Disabled"] = "HeadOnly"
     api_key_env: str | None = Field(None, description="env var holding the API key (optional)")
-    default_policy: str = "infra-heuristic"
+    default_policy: str = "inframind"
+    policy_checkpoint: str | None = Field(
+        None, description="learned-policy checkpoint folder (default: the shipped policy)")
+    fallback_policy: str = "infra-heuristic"
     metrics_period_s: float = Field(0.25, gt=0, le=10)
     stale_after_s: float = Field(1.0, gt=0)
     unavailable_after_s: float = Field(10.0, gt=0)

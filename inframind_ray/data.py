@@ -29,6 +29,19 @@ def questions() -> dict[str, np.ndarray | list]:
 
 
 @lru_cache(maxsize=1)
+def item_embeddings() -> np.ndarray | None:
+    """MiniLM embeddings of every item, aligned with ``questions()`` (float32, (n, 384)); None
+    when the derived file (scripts/derive_embeddings.py) is absent."""
+    path = DATA / "mmlu_pro" / "embeddings.npz"
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        if not np.array_equal(z["question_id"], questions()["question_id"]):
+            raise ValueError(f"{path} does not match questions.parquet; re-derive it")
+        return z["q"].astype(np.float32) * z["scale"][:, None]
+
+
+@lru_cache(maxsize=1)
 def outcomes() -> dict[str, dict[str, np.ndarray]]:
     """Recorded answers per model, each array aligned with ``questions()['question_id']``."""
     t = pq.read_table(DATA / "mmlu_pro" / "outcomes.parquet")

@@ -10,7 +10,7 @@ from inframind_ray.bench.runner import CellSpec, run_cell
 from inframind_ray.twin.workload import WorkloadSpec, sample_items
 
 POLICIES = ("always-strongest", "static-task", "moa", "random", "round-robin", "least-loaded",
-            "infra-heuristic")
+            "infra-heuristic", "inframind")
 
 
 def _cell(pool, policy, rate, n, seed=0):
@@ -65,3 +65,14 @@ def test_fcfs_switch_changes_order_not_work(pool):
     for sched in ("edf", "fcfs"):
         r = run_cell(CellSpec(pool, "always-strongest", WorkloadSpec(10, 50), sched))
         assert r.summary["slo_attainment"] > 0.95
+
+
+def test_shipped_learned_policy_beats_task_only_under_load(pool):
+    """The shipped `inframind` policy keeps always-strongest's accuracy when idle and spreads
+    load when the strong model congests (held-out test items)."""
+    lo_a, lo_l = (_cell(pool, p, 10, 400) for p in ("always-strongest", "inframind"))
+    assert lo_l["goodput"] >= lo_a["goodput"] - 0.01
+    assert lo_l["model_mix"].get("llama-3.1-70b", 0) > 0.9
+    hi_a, hi_l = (_cell(pool, p, 300, 800) for p in ("always-strongest", "inframind"))
+    assert hi_l["goodput"] > 1.5 * hi_a["goodput"]
+    assert hi_l["slo_attainment"] > 0.95

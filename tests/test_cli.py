@@ -48,6 +48,7 @@ GOOD_MODEL = """
         (["--pool", "no-such-pool"], "pool"),
         (["--budget", "30"], "budget"),
         (["--engine", "gpu"], "engine"),
+        (["--policies", "inframind", "--checkpoint", "/nonexistent"], "checkpoint"),
     ],
 )
 def test_bad_input_one_line_exit_2(args, field, tmp_path):
@@ -86,7 +87,7 @@ def test_bad_pool_file(text, field, tmp_path):
 
 def test_help_on_every_command():
     """--help works everywhere."""
-    for cmd in ([], ["bench"], ["pools"], ["embed"]):
+    for cmd in ([], ["bench"], ["pools"], ["embed"], ["train"]):
         r = run(*cmd, "--help")
         assert r.returncode == 0 and "Usage" in r.stdout
 

@@ -18,6 +18,7 @@ from ray import serve
 from inframind_ray.config import load_pool
 from inframind_ray.policy.base import SystemState
 from inframind_ray.policy.baselines import make_policy
+from inframind_ray.policy.learned import LearnedPolicy
 from inframind_ray.serving.engines.base import GenerateRequest
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
@@ -37,8 +38,12 @@ def session(tmp_path_factory):
 
     os.environ["INFRAMIND_OTEL"] = "memory"  # the orchestrator keeps its spans in memory
     cfg = load_pool(POOL)
+    # a learned-policy checkpoint for this pool's models, served as the default policy
+    info = build_pool_info(cfg, OutcomeModel({m.name: m.recorded for m in cfg.models}))
+    ckpt = LearnedPolicy(info, seed=0, hidden=32).save(tmp_path_factory.mktemp("policy"))
     cfg = cfg.model_copy(update={"serving": cfg.serving.model_copy(
-        update={"records_dir": str(tmp_path_factory.mktemp("records"))})})
+        update={"records_dir": str(tmp_path_factory.mktemp("records")),
+                "policy_checkpoint": str(ckpt)})})
     s = start(cfg)
     yield s
     s.stop()
@@ -143,6 +148,7 @@ def test_http_query_returns_graded_answer(session):
     _wait_idle(session)
     code, out, _ = http(session, "POST", "/v1/queries", {"item_id": 70, "budget_s": 60})
     assert code == 200, out
+    assert out["policy"] == "inframind"  # the learned checkpoint, served by default
     assert out["answer"] in list("ABCDEFGHIJ") and isinstance(out["correct"], bool)
     assert out["within_budget"] and 0 < out["latency_s"] < 60
     assert out["plan"]["topology"] and len(out["steps"]) >= 1
@@ -154,6 +160,7 @@ def test_http_query_returns_graded_answer(session):
     assert chat["choices"][0]["message"]["content"]
     code, st, _ = http(session, "GET", "/v1/state")
     assert code == 200 and set(st["models"]) == {"big", "small"}
+    assert st["default_policy"] == "inframind" and st["policy_status"] == "ok"
     assert http(session, "GET", "/healthz")[0] == 200
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,32 @@ def test_metrics_staleness():
     assert not hub.load("m").available
     state = hub.system_state(loop_now=50.0)
     assert state.models["m"].age(50.0) == pytest.approx(8.0)  # oldest stale replica
+
+
+@pytest.mark.parametrize("break_it", ["missing", "corrupt", "other-pool"])
+def test_bad_checkpoint_falls_back_to_heuristic_and_says_so(tmp_path, break_it):
+    """A missing, corrupt or mismatched learned-policy checkpoint: the orchestrator serves with the
+    infra-aware heuristic and /v1/state says why."""
+    from inframind_ray.config import load_pool
+    from inframind_ray.policy.baselines import InfraHeuristic
+    from inframind_ray.policy.learned import LearnedPolicy
+    from inframind_ray.serving.orchestrator import Orchestrator
+    from inframind_ray.twin.outcome import OutcomeModel
+    from inframind_ray.twin.pool import build_pool_info
+
+    cfg = load_pool(Path(__file__).parent / "pools" / "serve_test.yaml")
+    ckpt = tmp_path / "ckpt"
+    if break_it == "corrupt":
+        info = build_pool_info(cfg, OutcomeModel({m.name: m.recorded for m in cfg.models}))
+        LearnedPolicy(info, hidden=16).save(ckpt)
+        (ckpt / "policy.safetensors").write_bytes(b"not a tensor file")
+    elif break_it == "other-pool":
+        ckpt = None  # the shipped policy was trained for the default pool's five models
+    serving = cfg.serving.model_copy(update={
+        "records_dir": str(tmp_path / "rec"), "policy_checkpoint": None if ckpt is None
+        else str(ckpt), "embed": False})
+    orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
+    st = orch.state()
+    assert st["default_policy"] == "inframind"
+    assert st["policy_status"].startswith("fallback to infra-heuristic: checkpoint"), st
+    assert isinstance(orch._policy("inframind"), InfraHeuristic)

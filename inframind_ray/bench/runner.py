@@ -33,6 +33,7 @@ class CellSpec:
     policy: str
     workload: WorkloadSpec
     scheduling: str | None = None
+    checkpoint: str | None = None  # of the learned policy (default: the shipped one)
 
 
 @dataclass
@@ -68,6 +69,7 @@ def run_cell(spec: CellSpec) -> CellResult:
     policy = make_policy(
         spec.policy, info, spec.workload.seed,
         is_correct=lambda q, m, s: outcome.would_be_correct(q.item_id, m, s),
+        checkpoint=spec.checkpoint,
     )
     abort = spec.pool.engine.on_deadline == "abort"
     horizon = queries[-1].arrival_s + HORIZON_FACTOR * max(q.budget_s for q in queries)

@@ -30,6 +30,7 @@ class SweepSpec:
     budget_range_s: tuple[float, float] = (20.0, 90.0)
     seed: int = 0
     scheduling: str | None = None
+    checkpoint: str | None = None
 
     def cells(self) -> list[CellSpec]:
         """One cell per (policy, rate), rates outermost so slow cells start early."""
@@ -40,6 +41,7 @@ class SweepSpec:
                 WorkloadSpec(r, self.n_queries, self.arrivals, self.split, self.budget_range_s,
                              self.seed),
                 self.scheduling,
+                self.checkpoint,
             )
             for r in sorted(self.rates, reverse=True)
             for p in self.policies

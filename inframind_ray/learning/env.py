@@ -115,6 +115,10 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         self._draining = False
         self._pending: str | None = None
         self._last_obs: dict[str, dict] = {}
+        self._finished: dict[str, tuple[float, dict]] = {}
+        self._finished_order: list[str] = []
+        self._resets = 0
+        self._seed_base: int | None = None
         self.episode_stats: dict = {}
 
     # ------------------------------------------------------------------ episode
@@ -151,7 +155,9 @@ class TwinOrchestrationEnv(MultiAgentEnv):
 
         try:
             run_simulated(main())
-        finally:
+        except BaseException as e:  # surfaced by _collect: an episode never ends silently early
+            self._events.put(("end", e))
+        else:
             self._events.put(("end", None))
 
     def _stop_thread(self) -> None:
@@ -169,13 +175,19 @@ class TwinOrchestrationEnv(MultiAgentEnv):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start a new episode (random rate, arrivals and budgets)."""
         self._stop_thread()
-        rng = np.random.default_rng(seed)
+        if seed is not None:  # RLlib may pass the same seed at every reset: vary by episode
+            self._seed_base = seed
+        self._resets += 1
+        rng = np.random.default_rng(None if self._seed_base is None
+                                    else [self._seed_base, self._resets])
         spec = self._sample_spec(rng)
         self.episode_stats = {"rate_per_min": spec.rate_per_min, "arrivals": spec.arrivals,
                               "budget_range_s": spec.budget_range_s, "goodput": 0.0,
                               "queries_done": 0}
         self._last_obs = {}
         self.agents = []
+        self._finished: dict[str, tuple[float, dict]] = {}
+        self._finished_order: list[str] = []
         self._thread = threading.Thread(target=self._simulate, args=(spec,), daemon=True)
         self._thread.start()
         obs, _, _, _, infos = self._collect()
@@ -196,6 +208,11 @@ class TwinOrchestrationEnv(MultiAgentEnv):
             kind, *payload = self._events.get()
             if kind == "ask":
                 aid, o = payload
+                # RLlib ends a multi-agent episode when every agent seen so far is done; when
+                # the pool runs empty between queries, hold one finished agent back a step
+                held = [] if any(a not in self._finished for a in self.agents) else \
+                    self._finished_order[-1:]
+                self._emit(obs, rewards, terms, infos, keep=held)
                 self._pending = aid
                 self._last_obs[aid] = o
                 self.agents.append(aid)
@@ -203,14 +220,28 @@ class TwinOrchestrationEnv(MultiAgentEnv):
                 infos.setdefault(aid, {})
                 break
             if kind == "done":
-                self._reward(payload[0], obs, rewards, terms, infos)
+                self._reward(payload[0])
                 continue
+            if payload[0] is not None and not self._draining:
+                raise RuntimeError(f"twin simulation failed: {payload[0]!r}") from payload[0]
+            self._emit(obs, rewards, terms, infos, keep=[])
             terms["__all__"] = True  # end
             break
         terms.setdefault("__all__", False)
         return obs, rewards, terms, {"__all__": False}, infos
 
-    def _reward(self, res: QueryResult, obs, rewards, terms, infos) -> None:
+    def _emit(self, obs, rewards, terms, infos, keep: list[str]) -> None:
+        """Terminate finished agents (their final obs, reward and infos), except ``keep``."""
+        for aid in [a for a in self._finished_order if a not in keep]:
+            reward, info = self._finished.pop(aid)
+            obs[aid] = self._last_obs[aid]
+            rewards[aid] = reward
+            terms[aid] = True
+            infos[aid] = info
+            self.agents.remove(aid)
+        self._finished_order = [a for a in self._finished_order if a in keep]
+
+    def _reward(self, res: QueryResult) -> None:
         q = res.query
         correct = self.outcome.is_correct(q.item_id, res.answer)
         quality = float(correct and res.within_budget)
@@ -223,18 +254,16 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         weights |= {f"step/{n}/{s.node_id}": graph.path_through(s.node_id) / depth
                     for s in res.steps}
         for aid, w in weights.items():
-            if aid not in self._last_obs or aid in terms:
+            if aid not in self.agents or aid in self._finished:
                 continue
-            obs[aid] = self._last_obs[aid]
-            rewards[aid] = quality - self.cfg.lam * cost * w
-            terms[aid] = True
-            infos[aid] = {"quality": quality, "cost": cost, "weight": w}
-            if aid in self.agents:
-                self.agents.remove(aid)
+            self._finished[aid] = (quality - self.cfg.lam * cost * w,
+                                   {"quality": quality, "cost": cost, "weight": w})
+            self._finished_order.append(aid)
         s = self.episode_stats
         s["queries_done"] += 1
         s["goodput"] += (quality - s["goodput"]) / s["queries_done"]
 
     def close(self) -> None:
         """Stop the simulation thread."""
-        self._stop_thread()
+        if self._thread is not None:
+            self._stop_thread()

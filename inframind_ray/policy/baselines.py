@@ -1,7 +1,7 @@
 """Baseline policies, and the registry that maps CLI names to classes.
 
 Names on the command line and in results: always-strongest, static-task, moa, random,
-round-robin, least-loaded, infra-heuristic, oracle.
+round-robin, least-loaded, infra-heuristic, oracle; and the learned ``inframind`` policy.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from inframind_ray.policy.base import (
     SystemState,
 )
 from inframind_ray.policy.latency import predict_latency
+from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
 from inframind_ray.workflow.prompts import Strategy
 from inframind_ray.workflow.topology import NodeKind, Plan, Topology
 
@@ -196,17 +197,20 @@ class Oracle(Policy):
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (AlwaysStrongest, StaticTask, MoA, RandomPolicy, RoundRobin, LeastLoaded,
-                InfraHeuristic, Oracle)
+    for cls in (LearnedPolicy, AlwaysStrongest, StaticTask, MoA, RandomPolicy, RoundRobin,
+                LeastLoaded, InfraHeuristic, Oracle)
 }
 
 
 def make_policy(name: str, pool: PoolInfo, seed: int = 0, **extra) -> Policy:
-    """Build a policy by CLI name (``oracle`` needs ``is_correct``)."""
+    """Build a policy by CLI name. ``oracle`` needs ``is_correct``; ``inframind`` loads
+    ``checkpoint`` (default: the shipped policy) and raises CheckpointError if it cannot."""
     try:
         cls = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
     if cls is Oracle:
         return cls(pool, seed, is_correct=extra.get("is_correct"))
+    if cls is LearnedPolicy:
+        return LearnedPolicy.load(extra.get("checkpoint") or DEFAULT_CHECKPOINT, pool)
     return cls(pool, seed)

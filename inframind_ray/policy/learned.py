@@ -31,6 +31,7 @@ from inframind_ray.policy.features import EMB_DIM, FeatureBuilder, plan_of
 from inframind_ray.workflow.topology import Plan
 
 NEG = -1e9
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "data" / "policy"
 
 
 class CheckpointError(InframindError):

@@ -5,6 +5,7 @@ replicas' metrics."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import statistics
 import time
@@ -17,6 +18,7 @@ from inframind_ray import assumptions as A
 from inframind_ray.config import PoolConfig
 from inframind_ray.policy.base import Policy, QueryInfo, prompt_tokens
 from inframind_ray.policy.baselines import make_policy
+from inframind_ray.policy.learned import CheckpointError
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.metrics import MetricsHub, ReplicaSnapshot
 from inframind_ray.serving.records import RecordWriter
@@ -27,6 +29,8 @@ from inframind_ray.twin.pool import build_pool_info
 from inframind_ray.workflow.prompts import format_question
 from inframind_ray.workflow.runner import AgentCall, AgentResult, QueryResult, run_query
 from inframind_ray.workflow.topology import build_graph
+
+log = logging.getLogger(__name__)
 
 APP_NAME = "inframind"
 
@@ -97,6 +101,7 @@ class Orchestrator:
         self.records = RecordWriter(Path(s.records_dir))
         self.policies: dict[str, Policy] = {}
         self.default_policy = s.default_policy
+        self.policy_status = "ok"
         self.inflight = 0
         self.served = 0
         self._handles: dict | None = None
@@ -110,7 +115,14 @@ class Orchestrator:
             try:
                 self.policies[name] = make_policy(
                     name, self.pool_info, 0,
-                    is_correct=lambda q, m, s: self.outcome.would_be_correct(q.item_id, m, s))
+                    is_correct=lambda q, m, s: self.outcome.would_be_correct(q.item_id, m, s),
+                    checkpoint=self.cfg.serving.policy_checkpoint)
+            except CheckpointError as e:
+                # the learned policy cannot load: serve with the infra-aware heuristic, say so
+                fallback = self.cfg.serving.fallback_policy
+                self.policy_status = f"fallback to {fallback}: {e}"
+                log.warning("policy %s: %s", name, self.policy_status)
+                self.policies[name] = self._policy(fallback)
             except ValueError as e:
                 raise UserError(str(e)) from None
         return self.policies[name]
@@ -144,7 +156,8 @@ class Orchestrator:
         """Live per-model metrics and orchestrator status (``GET /v1/state``)."""
         return {"models": self.hub.describe(), "inflight_queries": self.inflight,
                 "served_queries": self.served, "default_policy": self.default_policy,
-                "policy_status": "ok", "stale_after_s": self.cfg.serving.stale_after_s}
+                "policy_status": self.policy_status,
+                "stale_after_s": self.cfg.serving.stale_after_s}
 
     def traces(self) -> list[dict]:
         """Finished spans (when INFRAMIND_OTEL=memory)."""

@@ -101,6 +101,7 @@ def make_queries(spec: WorkloadSpec, outcome: OutcomeModel) -> list[QueryInfo]:
     spec.validate()
     q = data.questions()
     items, times, buds = sample_items(spec), arrival_times(spec), budgets(spec)
+    emb = data.item_embeddings()
     out = []
     for n, (item, t, b) in enumerate(zip(items, times, buds, strict=True)):
         i = outcome.index(int(item))
@@ -114,6 +115,7 @@ def make_queries(spec: WorkloadSpec, outcome: OutcomeModel) -> list[QueryInfo]:
                 item_id=int(item),
                 prompt_tokens=int(outcome.prompt_tokens[i]),
                 fewshot_tokens=int(outcome.fewshot_tokens[i]),
+                embedding=None if emb is None else emb[i],
             )
         )
     return out

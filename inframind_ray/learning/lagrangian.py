@@ -1,0 +1,103 @@
+"""The constrained objective: maximise quality s.t. mean lateness cost <= delta.
+
+A learner-connector piece (first in the learner pipeline, so GAE sees its rewards) rewrites every
+agent's terminal reward from the env's infos as ``quality - lam * cost * weight`` (quality first:
+a correct, in-budget answer is worth 1; LAMaS credit: ``weight = l(o) / T``). The Learner, a PPO
+learner subclass, owns ``lam`` and updates it by projected dual ascent after each gradient-based
+update: ``lam <- max(0, lam + eta * (mean_cost - delta))`` over the batch's queries, logged under
+``lagrangian/*`` every iteration and kept in the learner's state (checkpoints, resume).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+
+from inframind_ray.learning.modules import PLANNER
+
+
+def dual_ascent(lam: float, mean_cost: float, delta: float, lr: float,
+                lam_max: float = 100.0) -> float:
+    """One projected dual-ascent step on the Lagrange multiplier."""
+    return float(min(lam_max, max(0.0, lam + lr * (mean_cost - delta))))
+
+
+class LagrangianReward(ConnectorV2):
+    """Terminal reward = quality - lam * cost * weight (from the agent's final infos)."""
+
+    def __init__(self, input_observation_space=None, input_action_space=None, *,
+                 lam: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(input_observation_space, input_action_space, **kwargs)
+        self.lam = lam
+        self.query_costs: list[float] = []  # one per query (from its planner agent)
+        self.query_quality: list[float] = []
+
+    def __call__(self, *, rl_module, batch, episodes, explore=None, shared_data=None,
+                 **kwargs: Any):
+        costs, quality = [], []
+        for sa in self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False):
+            if len(sa) == 0:
+                continue
+            info = sa.get_infos(-1)
+            if not isinstance(info, dict) or "cost" not in info:
+                continue
+            reward = info["quality"] - self.lam * info["cost"] * info["weight"]
+            sa.set_rewards(new_data=np.float32(reward), at_indices=-1)
+            if sa.module_id == PLANNER or str(sa.agent_id).startswith("plan/"):
+                costs.append(float(info["cost"]))
+                quality.append(float(info["quality"]))
+        self.query_costs, self.query_quality = costs, quality
+        return batch
+
+
+class LagrangianPPOLearner(PPOTorchLearner):
+    """PPO learner holding the Lagrange multiplier of the latency constraint.
+
+    Settings come from ``config.learner_config_dict``: ``lam_init``, ``lam_lr`` (eta),
+    ``cost_target`` (delta) and ``lam_max``.
+    """
+
+    def build(self) -> None:
+        """Build PPO's learner and wire the reward piece to this learner's lambda."""
+        super().build()
+        cfg = self.config.learner_config_dict or {}
+        self.lam = float(cfg.get("lam_init", 1.0))
+        self.lam_lr = float(cfg.get("lam_lr", 0.5))
+        self.cost_target = float(cfg.get("cost_target", 0.01))
+        self.lam_max = float(cfg.get("lam_max", 100.0))
+        pieces = [c for c in self._learner_connector.connectors
+                  if isinstance(c, LagrangianReward)] if self._learner_connector else []
+        if not pieces:
+            raise ValueError("LagrangianPPOLearner needs the LagrangianReward learner connector")
+        self.reward_piece = pieces[0]
+        self.reward_piece.lam = self.lam
+
+    def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        """PPO's bookkeeping, then one dual-ascent step on the batch's mean query cost."""
+        super().after_gradient_based_update(timesteps=timesteps)
+        costs = self.reward_piece.query_costs
+        if costs:
+            mean_cost = float(np.mean(costs))
+            self.lam = dual_ascent(self.lam, mean_cost, self.cost_target, self.lam_lr,
+                                   self.lam_max)
+            self.reward_piece.lam = self.lam
+            self.metrics.log_value(("lagrangian", "mean_cost"), mean_cost, window=1)
+            self.metrics.log_value(("lagrangian", "goodput"),
+                                   float(np.mean(self.reward_piece.query_quality)), window=1)
+        self.metrics.log_value(("lagrangian", "lambda"), self.lam, window=1)
+
+    def get_state(self, *args: Any, **kwargs: Any) -> dict:
+        """Learner state plus lambda."""
+        state = super().get_state(*args, **kwargs)
+        state["lagrangian_lambda"] = self.lam
+        return state
+
+    def set_state(self, state: dict) -> None:
+        """Restore the learner state and lambda."""
+        super().set_state(state)
+        if "lagrangian_lambda" in state:
+            self.lam = float(state["lagrangian_lambda"])
+            self.reward_piece.lam = self.lam

@@ -1,0 +1,81 @@
+"""RLlib RLModules (new API stack) around the policy's own networks.
+
+``planner`` and ``executor`` are two modules of one MultiRLModule; agents map to them by id
+prefix (``plan/...`` and ``step/...``, see :func:`module_of`). Observations are the env's Dict
+spaces (features plus an action mask); masked actions get -1e9 logits in every forward pass, so
+exploration never samples an unavailable model. The value heads serve PPO's GAE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.core.rl_module.torch import TorchRLModule
+
+from inframind_ray.policy.learned import ExecutorNet, PlannerNet
+
+PLANNER, EXECUTOR = "planner", "executor"
+
+
+def module_of(agent_id: str, *args: Any, **kwargs: Any) -> str:
+    """policy_mapping_fn: ``plan/<n>`` -> planner, ``step/<n>/<node>`` -> executor."""
+    return PLANNER if agent_id.startswith("plan/") else EXECUTOR
+
+
+class PlannerModule(TorchRLModule, ValueFunctionAPI):
+    """PlannerNet: FiLM(query embedding | z0) -> (topology, K) logits, and a value."""
+
+    def setup(self) -> None:
+        """Build the net from the Dict observation space."""
+        obs = self.observation_space
+        self.net = PlannerNet(obs["z"].shape[0], self.action_space.n,
+                              int(self.model_config.get("hidden", 128)))
+
+    def _run(self, batch: dict) -> tuple:
+        o = batch[Columns.OBS]
+        return self.net(o["emb"], o["z"], o["mask"])
+
+    def _forward(self, batch: dict, **kwargs: Any) -> dict:
+        logits, _ = self._run(batch)
+        return {Columns.ACTION_DIST_INPUTS: logits}
+
+    def _forward_train(self, batch: dict, **kwargs: Any) -> dict:
+        logits, value = self._run(batch)
+        return {Columns.ACTION_DIST_INPUTS: logits, Columns.EMBEDDINGS: value}
+
+    def compute_values(self, batch: dict, embeddings: Any = None):
+        """V(s); reuses the train pass's value when given."""
+        if embeddings is not None:
+            return embeddings
+        return self._run(batch)[1]
+
+
+class ExecutorModule(PlannerModule):
+    """ExecutorNet: semantic + resource pathways -> (model, strategy) logits, and a value."""
+
+    def setup(self) -> None:
+        """Build the net from the Dict observation space."""
+        obs = self.observation_space
+        self.net = ExecutorNet(obs["sem"].shape[0], obs["res"].shape[0], self.action_space.n,
+                               int(self.model_config.get("hidden", 128)))
+
+    def _run(self, batch: dict) -> tuple:
+        o = batch[Columns.OBS]
+        return self.net(o["sem"], o["res"], o["mask"])
+
+
+def module_spec(plan_obs: gym.Space, plan_act: gym.Space, exec_obs: gym.Space,
+                exec_act: gym.Space, hidden: int = 128) -> MultiRLModuleSpec:
+    """The two-module spec for an env's spaces."""
+    cfg = {"hidden": hidden}
+    return MultiRLModuleSpec(rl_module_specs={
+        PLANNER: RLModuleSpec(module_class=PlannerModule, observation_space=plan_obs,
+                              action_space=plan_act, model_config=cfg),
+        EXECUTOR: RLModuleSpec(module_class=ExecutorModule, observation_space=exec_obs,
+                               action_space=exec_act, model_config=cfg),
+    })

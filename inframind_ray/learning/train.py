@@ -1,0 +1,360 @@
+"""``inframind train``: the hierarchical constrained policy, trained with RLlib PPO in the twin.
+
+One MultiRLModule (planner + executor, mapped by agent-id prefix), the Lagrangian PPO learner, an
+optional behaviour-cloning warm start from a teacher heuristic, per-iteration metrics (returns,
+lambda, cost; every ``eval.every`` iterations goodput and model/strategy/topology mix on the
+validation split), checkpoints in the policy's safetensors format, RLlib state for ``--resume``,
+and the collapse guard. The policy kept as ``OUT/policy`` is the checkpoint with the best mean
+validation goodput (never the test split).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from inframind_ray.errors import ConfigError
+from inframind_ray.learning.env import EnvConfig
+
+log = logging.getLogger(__name__)
+COLLAPSE_SHARE = 0.9  # one model on more than this share of steps at the lowest eval rate
+
+
+class WarmStart(BaseModel):
+    """Behaviour cloning of a teacher before PPO."""
+
+    model_config = ConfigDict(extra="forbid")
+    teacher: str = "infra-heuristic"
+    episodes: int = Field(40, ge=1)
+    epochs: int = Field(20, ge=1)
+    lr: float = Field(1e-3, gt=0)
+
+
+class PPOSettings(BaseModel):
+    """RLlib PPO settings (new API stack)."""
+
+    model_config = ConfigDict(extra="forbid")
+    iterations: int = Field(20, ge=0)
+    lr: float = Field(1e-4, gt=0)
+    train_batch_size: int = Field(2000, ge=32)
+    minibatch_size: int = Field(256, ge=8)
+    num_epochs: int = Field(4, ge=1)
+    entropy_coeff: float = Field(0.003, ge=0)
+    clip_param: float = Field(0.2, gt=0)
+    vf_loss_coeff: float = Field(0.5, ge=0)
+
+
+class LagrangianSettings(BaseModel):
+    """Dual ascent on the latency constraint: mean lateness cost <= cost_target."""
+
+    model_config = ConfigDict(extra="forbid")
+    lam_init: float = Field(1.0, ge=0)
+    lam_lr: float = Field(1.0, gt=0)
+    cost_target: float = Field(0.01, ge=0, le=1)
+    lam_max: float = Field(50.0, gt=0)
+
+
+class EvalSettings(BaseModel):
+    """Validation runs in the twin (val split), with the bench's own cell runner."""
+
+    model_config = ConfigDict(extra="forbid")
+    every: int = Field(5, ge=1)
+    rates: list[float] = [10.0, 150.0, 300.0]
+    queries: int = Field(200, ge=10)
+    budget: tuple[float, float] = (20.0, 90.0)
+    seed: int = 1
+
+
+class TrainConfig(BaseModel):
+    """A training run (YAML, validated at load)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "inframind"
+    seed: int = 0
+    hidden: int = Field(128, ge=8)
+    env: EnvConfig = EnvConfig()
+    warm_start: WarmStart | None = WarmStart()
+    ppo: PPOSettings = PPOSettings()
+    lagrangian: LagrangianSettings = LagrangianSettings()
+    eval: EvalSettings = EvalSettings()
+
+
+def load_train_config(path: str | Path) -> TrainConfig:
+    """Read and validate a training config; ConfigError with one line otherwise."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError("config", f"no such file: {path}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError("config", f"{path} is not YAML ({str(e).splitlines()[0]})") from None
+    try:
+        return TrainConfig.model_validate(raw)
+    except Exception as e:  # pydantic ValidationError
+        err = e.errors()[0] if hasattr(e, "errors") else {"loc": (), "msg": str(e)}
+        where = ".".join(str(x) for x in err["loc"]) or "config"
+        raise ConfigError(where, f"{err['msg']} (in {path})") from None
+
+
+def build_algo(cfg: TrainConfig):
+    """The RLlib PPO algorithm: two modules, the Lagrangian learner, local sampling."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from inframind_ray.learning.env import TwinOrchestrationEnv
+    from inframind_ray.learning.lagrangian import LagrangianPPOLearner, LagrangianReward
+    from inframind_ray.learning.modules import EXECUTOR, PLANNER, module_of, module_spec
+
+    env = TwinOrchestrationEnv(cfg.env.model_dump())
+    plan_agent, step_agent = "plan/0", "step/0/0"
+    spec = module_spec(env.observation_spaces[plan_agent], env.action_spaces[plan_agent],
+                       env.observation_spaces[step_agent], env.action_spaces[step_agent],
+                       cfg.hidden)
+    env.close()
+    p = cfg.ppo
+    config = (
+        PPOConfig()
+        .environment(TwinOrchestrationEnv, env_config=cfg.env.model_dump(),
+                     disable_env_checking=True)
+        .multi_agent(policies={PLANNER, EXECUTOR}, policy_mapping_fn=module_of)
+        .rl_module(rl_module_spec=spec)
+        .env_runners(num_env_runners=0, batch_mode="complete_episodes",
+                     rollout_fragment_length="auto")
+        .training(
+            lr=p.lr, train_batch_size_per_learner=p.train_batch_size,
+            minibatch_size=p.minibatch_size, num_epochs=p.num_epochs,
+            entropy_coeff=p.entropy_coeff, clip_param=p.clip_param,
+            vf_loss_coeff=p.vf_loss_coeff, gamma=1.0, lambda_=1.0, use_kl_loss=False,
+        )
+        .learners(
+            num_learners=0, learner_class=LagrangianPPOLearner,
+            learner_connector=lambda *a, **k: LagrangianReward(lam=cfg.lagrangian.lam_init),
+            learner_config_dict=cfg.lagrangian.model_dump(),
+        )
+        .debugging(seed=cfg.seed, log_level="ERROR")
+        .reporting(metrics_num_episodes_for_smoothing=20)
+    )
+    return config.build_algo()
+
+
+def _learner_nets(algo) -> dict:
+    from inframind_ray.learning.modules import EXECUTOR, PLANNER
+
+    res = algo.learner_group.foreach_learner(
+        lambda lr: {m: {k: v.detach().cpu().clone() for k, v in lr.module[m].net.state_dict()
+                        .items()} for m in (PLANNER, EXECUTOR)})
+    return next(iter(res)).get()
+
+
+def _set_learner_nets(algo, nets: dict) -> None:
+    algo.learner_group.foreach_learner(
+        lambda lr: [lr.module[m].net.load_state_dict(sd) for m, sd in nets.items()])
+    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group,
+                                       inference_only=True)
+
+
+def export_policy(algo, pool_info, hidden: int, path: Path) -> Path:
+    """Write the learner's current nets as a LearnedPolicy checkpoint."""
+    from inframind_ray.learning.modules import EXECUTOR, PLANNER
+    from inframind_ray.policy.learned import LearnedPolicy
+
+    nets = _learner_nets(algo)
+    pol = LearnedPolicy(pool_info, hidden=hidden)
+    pol.planner.load_state_dict(nets[PLANNER])
+    pol.executor.load_state_dict(nets[EXECUTOR])
+    return pol.save(path)
+
+
+def evaluate(cfg: TrainConfig, checkpoint: Path | None, policy: str = "inframind") -> list[dict]:
+    """Validation-split twin runs (one per eval rate) with the bench's cell runner."""
+    from inframind_ray.bench.runner import CellSpec, run_cell
+    from inframind_ray.config import load_pool
+    from inframind_ray.twin.workload import WorkloadSpec
+
+    pool = load_pool(cfg.env.pool)
+    rows = []
+    for r in cfg.eval.rates:
+        w = WorkloadSpec(r, cfg.eval.queries, "poisson", "val", tuple(cfg.eval.budget),
+                         cfg.eval.seed)
+        res = run_cell(CellSpec(pool, policy, w, None,
+                                str(checkpoint) if checkpoint else None))
+        s = res.summary
+        rows.append({k: s[k] for k in ("rate_per_min", "goodput", "accuracy", "slo_attainment",
+                                       "model_mix", "strategy_mix", "topology_mix")})
+    return rows
+
+
+def collapse_flag(rows: list[dict], strongest: str) -> str | None:
+    """The collapse guard: one model on > 90% of steps at the lowest eval rate."""
+    low = min(rows, key=lambda r: r["rate_per_min"])
+    if not low["model_mix"]:
+        return None
+    model, share = max(low["model_mix"].items(), key=lambda kv: kv[1])
+    if share <= COLLAPSE_SHARE:
+        return None
+    kind = ("collapse to a weaker model" if model != strongest
+            else "single-model policy (the strongest model) at low load")
+    return (f"{model} takes {share:.0%} of steps at {low['rate_per_min']:g} req/min: {kind}")
+
+
+def train(cfg: TrainConfig, out: Path, resume: bool = False,
+          on_row: Callable[[dict], None] | None = None, progress: bool = True) -> dict:
+    """Run the whole training; write OUT/{metrics.jsonl, checkpoints/, rllib/, policy/,
+    summary.json}; return the summary."""
+    import warnings
+
+    import ray
+
+    from inframind_ray.learning.env import TwinOrchestrationEnv
+    from inframind_ray.learning.modules import EXECUTOR, PLANNER
+    from inframind_ray.learning.warmstart import collect, fit
+    from inframind_ray.policy.learned import LearnedPolicy
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*Casting input x to numpy array.*")
+    for name in ("ray.rllib", "ray.tune", "ray._private.worker"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    metrics_path = out / "metrics.jsonl"
+    rllib_dir = out / "rllib"
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if not ray.is_initialized():
+        ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    env = TwinOrchestrationEnv(cfg.env.model_dump())
+    info, strongest = env.info, env.info.strongest
+    t0 = time.perf_counter()
+    algo = build_algo(cfg)
+    history: list[dict] = []
+    start = 0
+    try:
+        if resume and (rllib_dir / "done_iterations").exists():
+            algo.restore_from_path(str(rllib_dir.resolve()))
+            start = int((rllib_dir / "done_iterations").read_text())
+            history = [json.loads(x) for x in metrics_path.read_text().splitlines() if x]
+            history = [h for h in history if h["iteration"] <= start]
+        else:
+            metrics_path.write_text("")
+            untrained = LearnedPolicy(info, seed=cfg.seed, hidden=cfg.hidden)
+            untrained_ckpt = untrained.save(out / "checkpoints" / "untrained")
+            row = {"iteration": 0, "phase": "untrained",
+                   "eval": evaluate(cfg, untrained_ckpt)}
+            if cfg.warm_start is not None:
+                ws = cfg.warm_start
+                demos = collect(env, ws.teacher, ws.episodes, cfg.seed, cfg.lagrangian.lam_init,
+                                progress)
+                pol = LearnedPolicy(info, seed=cfg.seed, hidden=cfg.hidden)
+                acc_p = fit(pol.planner, demos["planner"], ("emb", "z"), ws.epochs, ws.lr,
+                            cfg.seed)
+                acc_e = fit(pol.executor, demos["executor"], ("sem", "res"), ws.epochs, ws.lr,
+                            cfg.seed)
+                _set_learner_nets(algo, {PLANNER: pol.planner.state_dict(),
+                                         EXECUTOR: pol.executor.state_dict()})
+                ckpt = export_policy(algo, info, cfg.hidden, out / "checkpoints" / "iter_0")
+                row = {"iteration": 0, "phase": "warm_start", "teacher": ws.teacher,
+                       "demos": {k: len(v) for k, v in demos.items()},
+                       "imitation_accuracy": {"planner": round(acc_p, 4),
+                                              "executor": round(acc_e, 4)},
+                       "eval": evaluate(cfg, ckpt), "untrained_eval": row["eval"]}
+            _log_row(row, history, metrics_path, on_row)
+        for it in range(start, cfg.ppo.iterations):
+            r = algo.train()
+            row = _iteration_row(it + 1, r, time.perf_counter() - t0)
+            if (it + 1) % cfg.eval.every == 0 or it + 1 == cfg.ppo.iterations:
+                ckpt = export_policy(algo, info, cfg.hidden, out / "checkpoints" / f"iter_{it+1}")
+                row["eval"] = evaluate(cfg, ckpt)
+            _log_row(row, history, metrics_path, on_row)
+            algo.save_to_path(str(rllib_dir.resolve()))
+            (rllib_dir / "done_iterations").write_text(str(it + 1))
+    finally:
+        algo.stop()
+        env.close()
+    return _finish(cfg, out, history, strongest, time.perf_counter() - t0)
+
+
+def _iteration_row(it: int, r: dict, elapsed: float) -> dict:
+    runners, learners = r.get("env_runners", {}), r.get("learners", {})
+    lag = learners.get("lagrangian", {}) if isinstance(learners, dict) else {}
+
+    def num(x):
+        return None if x is None else round(float(x), 4)
+
+    return {"iteration": it, "phase": "ppo", "elapsed_s": round(elapsed, 1),
+            "train_goodput": num(lag.get("goodput")),
+            "env_steps": int(r.get("num_env_steps_sampled_lifetime", 0) or 0),
+            "lambda": num(lag.get("lambda")), "mean_cost": num(lag.get("mean_cost")),
+            "module_returns": {m: num(v) for m, v in
+                               runners.get("module_episode_returns_mean", {}).items()}}
+
+
+def _log_row(row: dict, history: list, path: Path, on_row) -> None:
+    history.append(row)
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    if on_row:
+        on_row(row)
+
+
+def _finish(cfg: TrainConfig, out: Path, history: list[dict], strongest: str,
+            elapsed: float) -> dict:
+    evals = [h for h in history if "eval" in h and h["phase"] != "untrained"]
+    best = max(evals, key=lambda h: np.mean([e["goodput"] for e in h["eval"]]))
+    src = out / "checkpoints" / f"iter_{best['iteration']}"
+    if (out / "policy").exists():
+        shutil.rmtree(out / "policy")
+    shutil.copytree(src, out / "policy")
+    first = history[0]
+    untrained = first.get("untrained_eval", first["eval"])
+    summary = {
+        "name": cfg.name, "iterations": cfg.ppo.iterations, "elapsed_s": round(elapsed, 1),
+        "best_iteration": best["iteration"],
+        "untrained_val_goodput": round(float(np.mean([e["goodput"] for e in untrained])), 4),
+        "best_val_goodput": round(float(np.mean([e["goodput"] for e in best["eval"]])), 4),
+        "best_eval": best["eval"],
+        "final_lambda": next((h["lambda"] for h in reversed(history) if h.get("lambda")
+                              is not None), cfg.lagrangian.lam_init),
+        "collapse": collapse_flag(best["eval"], strongest),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    plot_training(history, out / "training.png")
+    return summary
+
+
+def plot_training(history: list[dict], path: Path) -> None:
+    """Validation goodput per rate, lambda and mean cost per iteration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    evals = [h for h in history if "eval" in h]
+    rates = sorted({e["rate_per_min"] for h in evals for e in h["eval"]})
+    for r in rates:
+        pts = [(h["iteration"], e["goodput"]) for h in evals for e in h["eval"]
+               if e["rate_per_min"] == r]
+        a1.plot(*zip(*pts, strict=True), marker="o", label=f"{r:g} req/min")
+    a1.set(xlabel="PPO iteration (0 = warm start)", ylabel="validation goodput",
+           title="goodput on the validation split")
+    a1.legend()
+    ppo = [h for h in history if h["phase"] == "ppo" and h.get("lambda") is not None]
+    if ppo:
+        a2.plot([h["iteration"] for h in ppo], [h["lambda"] for h in ppo], label="lambda")
+        a2b = a2.twinx()
+        a2b.plot([h["iteration"] for h in ppo], [h["mean_cost"] or 0 for h in ppo],
+                 color="tab:red", label="mean lateness cost")
+        a2b.set_ylabel("mean cost per query", color="tab:red")
+    a2.set(xlabel="PPO iteration", ylabel="lambda", title="Lagrange multiplier")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
