@@ -65,7 +65,8 @@ def run_sweep(spec: SweepSpec, jobs: int | None = None, progress: bool = True
                 results.append(run_cell(c))
                 bar.advance(task)
         else:
-            ctx = mp.get_context("fork")
+            # not fork: a forked child of a process whose torch thread pool is up can deadlock
+            ctx = mp.get_context("forkserver")
             with ProcessPoolExecutor(jobs, mp_context=ctx) as ex:
                 futs = [ex.submit(run_cell, c) for c in cells]
                 for f in as_completed(futs):

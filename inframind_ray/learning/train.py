@@ -315,6 +315,7 @@ def _finish(cfg: TrainConfig, out: Path, history: list[dict], strongest: str,
     shutil.copytree(src, out / "policy")
     first = history[0]
     untrained = first.get("untrained_eval", first["eval"])
+    elapsed = max([elapsed, *(h.get("elapsed_s") or 0 for h in history)])
     summary = {
         "name": cfg.name, "iterations": cfg.ppo.iterations, "elapsed_s": round(elapsed, 1),
         "best_iteration": best["iteration"],
