@@ -32,7 +32,7 @@ test: install-cpu  ## lint + the whole test suite (what CI runs)
 bench: install  ## the twin sweep recorded in docs/twin.md and docs/learning.md
 	$(BIN)/inframind bench --queries 1000 --seed 0 --out docs/bench/default
 
-policy: install  ## retrain the shipped default policy (docs/learning.md), about 40 min on 2 cores
+policy: install  ## retrain the shipped default policy (docs/learning.md), about 20 min on 2 cores
 	$(BIN)/inframind train -c rllib_configs/default.yaml --out runs/train-default
 	rm -rf inframind_ray/data/policy && cp -r runs/train-default/policy inframind_ray/data/policy
 	mkdir -p docs/learning && cp runs/train-default/metrics.jsonl runs/train-default/summary.json runs/train-default/training.png docs/learning/
