@@ -51,6 +51,19 @@ class EnvConfig(BaseModel):
     lam: float = Field(1.0, ge=0)
 
 
+def query_terms(res: QueryResult, outcome: OutcomeModel) -> tuple[float, float, dict[str, float]]:
+    """(quality, lateness cost, LAMaS weight per executed node) of a finished query: quality 1
+    for a correct answer within budget; cost ``min(1, latency/budget - 1)``, 1 when aborted;
+    weight ``l(o)/T`` (longest path through the node over the critical path)."""
+    q = res.query
+    quality = float(outcome.is_correct(q.item_id, res.answer) and res.within_budget)
+    late = min(1.0, max(0.0, res.latency / q.budget_s - 1.0))
+    cost = late if res.status == "ok" else 1.0  # aborted at the deadline: full cost
+    graph = build_graph(res.plan)
+    return quality, cost, {s.node_id: graph.path_through(s.node_id) / graph.critical_path_len
+                           for s in res.steps}
+
+
 def _first_valid(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask > 0)[0])
 
@@ -242,17 +255,9 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         self._finished_order = [a for a in self._finished_order if a in keep]
 
     def _reward(self, res: QueryResult) -> None:
-        q = res.query
-        correct = self.outcome.is_correct(q.item_id, res.answer)
-        quality = float(correct and res.within_budget)
-        late = min(1.0, max(0.0, res.latency / q.budget_s - 1.0))
-        cost = late if res.status == "ok" else 1.0  # aborted at the deadline: full cost
-        n = int(q.query_id[1:6])
-        graph = build_graph(res.plan)
-        depth = graph.critical_path_len
-        weights = {f"plan/{n}": 1.0}
-        weights |= {f"step/{n}/{s.node_id}": graph.path_through(s.node_id) / depth
-                    for s in res.steps}
+        quality, cost, node_w = query_terms(res, self.outcome)
+        n = int(res.query.query_id[1:6])
+        weights = {f"plan/{n}": 1.0} | {f"step/{n}/{k}": w for k, w in node_w.items()}
         for aid, w in weights.items():
             if aid not in self.agents or aid in self._finished:
                 continue

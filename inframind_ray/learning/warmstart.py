@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from rich.progress import Progress
 
+from inframind_ray.learning.env import query_terms
 from inframind_ray.policy.base import Policy, QueryInfo, StepContext, StepDecision, SystemState
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.features import PLAN_ACTIONS, STRATEGIES
@@ -26,7 +27,7 @@ from inframind_ray.twin.pool import build_engines, pool_state
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import make_queries
 from inframind_ray.workflow.runner import run_query
-from inframind_ray.workflow.topology import Plan, build_graph
+from inframind_ray.workflow.topology import Plan
 
 
 class _Recorder(Policy):
@@ -69,18 +70,14 @@ def collect(env, teacher_name: str, episodes: int, seed: int, lam: float,
             spec = env._sample_spec(rng)
             rec = _Recorder(make_policy(teacher_name, env.info, spec.seed), student)
             for res in _simulate(env, spec, rec):
-                q = res.query
-                quality = float(env.outcome.is_correct(q.item_id, res.answer) and res.within_budget)
-                late = min(1.0, max(0.0, res.latency / q.budget_s - 1.0))
-                cost = late if res.status == "ok" else 1.0
-                graph = build_graph(res.plan)
-                if q.query_id in rec.plans:
-                    obs, a = rec.plans[q.query_id]
+                qid = res.query.query_id
+                quality, cost, weights = query_terms(res, env.outcome)
+                if qid in rec.plans:
+                    obs, a = rec.plans[qid]
                     out["planner"].append((obs, a, quality - lam * cost))
-                for s in res.steps:
-                    if (q.query_id, s.node_id) in rec.steps:
-                        obs, a = rec.steps[(q.query_id, s.node_id)]
-                        w = graph.path_through(s.node_id) / graph.critical_path_len
+                for node, w in weights.items():
+                    if (qid, node) in rec.steps:
+                        obs, a = rec.steps[(qid, node)]
                         out["executor"].append((obs, a, quality - lam * cost * w))
             bar.advance(task)
     return out
