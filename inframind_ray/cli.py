@@ -85,12 +85,12 @@ def bench(
         raise ConfigError("scheduling", f"must be pool, edf or fcfs, got {scheduling!r}")
     cfg = load_pool(pool)
     if "inframind" in pols:  # fail here, in one line, not inside a worker
+        from inframind_ray.bench.runner import outcome_for
         from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
-        from inframind_ray.twin.outcome import OutcomeModel
         from inframind_ray.twin.pool import build_pool_info
 
-        info = build_pool_info(cfg, OutcomeModel({m.name: m.recorded for m in cfg.models}))
-        LearnedPolicy.load(checkpoint or DEFAULT_CHECKPOINT, info)
+        LearnedPolicy.load(checkpoint or DEFAULT_CHECKPOINT,
+                           build_pool_info(cfg, outcome_for(cfg, seed)))
     spec = SweepSpec(cfg, str(pool), pols, rate_vals, queries, arrivals, split,
                      (lohi[0], lohi[1]), seed, None if scheduling == "pool" else scheduling,
                      str(checkpoint) if checkpoint else None)

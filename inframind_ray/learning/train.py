@@ -105,20 +105,23 @@ def load_train_config(path: str | Path) -> TrainConfig:
         raise ConfigError(where, f"{err['msg']} (in {path})") from None
 
 
-def build_algo(cfg: TrainConfig):
-    """The RLlib PPO algorithm: two modules, the Lagrangian learner, local sampling."""
+def build_algo(cfg: TrainConfig, env=None):
+    """The RLlib PPO algorithm: two modules, the Lagrangian learner, local sampling. ``env`` (an
+    env of the same config) only lends its spaces; one is built when not given."""
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from inframind_ray.learning.env import TwinOrchestrationEnv
     from inframind_ray.learning.lagrangian import LagrangianPPOLearner, LagrangianReward
     from inframind_ray.learning.modules import EXECUTOR, PLANNER, module_of, module_spec
 
-    env = TwinOrchestrationEnv(cfg.env.model_dump())
+    own = env is None
+    env = env or TwinOrchestrationEnv(cfg.env.model_dump())
     plan_agent, step_agent = "plan/0", "step/0/0"
     spec = module_spec(env.observation_spaces[plan_agent], env.action_spaces[plan_agent],
                        env.observation_spaces[step_agent], env.action_spaces[step_agent],
                        cfg.hidden)
-    env.close()
+    if own:
+        env.close()
     p = cfg.ppo
     config = (
         PPOConfig()
@@ -234,7 +237,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
     env = TwinOrchestrationEnv(cfg.env.model_dump())
     info, strongest = env.info, env.info.strongest
     t0 = time.perf_counter()
-    algo = build_algo(cfg)
+    algo = build_algo(cfg, env)
     history: list[dict] = []
     start = 0
     try:
