@@ -404,16 +404,34 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         print("aborted", file=sys.stderr)
         sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
+    except Exception as e:  # usage errors (click's, or the copy of click that typer vendors)
+        if isinstance(e, _usage_errors()):
             e.show()
             sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Exit):
+        if isinstance(e, _exit_types()):
             sys.exit(e.exit_code)
         raise
 
+
+def _classes(attr: str, *modules: str) -> tuple[type, ...]:
+    """``attr`` of every importable module among ``modules``."""
+    import importlib
+
+    out = []
+    for name in modules:
+        try:
+            out.append(getattr(importlib.import_module(name), attr))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(out)
+
+
+def _usage_errors() -> tuple[type, ...]:
+    return _classes("ClickException", "typer._click.exceptions", "click.exceptions")
+
+
+def _exit_types() -> tuple[type, ...]:
+    return _classes("Exit", "typer.exceptions", "typer._click.exceptions", "click.exceptions")
 
 if __name__ == "__main__":
     main()

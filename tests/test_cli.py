@@ -85,6 +85,14 @@ def test_bad_pool_file(text, field, tmp_path):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("cmd", [["bench"], ["twin", "profile"], ["train"]])
+def test_unknown_option_is_a_usage_error(cmd):
+    """A mistyped option: click's usage message and exit 2, never a traceback."""
+    r = run(*cmd, "--no-such-option")
+    assert r.returncode == 2, r.stderr
+    assert "No such option" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_help_on_every_command():
     """--help works everywhere."""
     for cmd in ([], ["bench"], ["pools"], ["embed"], ["train"]):
