@@ -77,6 +77,23 @@ def test_strategies_follow_assumptions(outcome):
     assert kept / n_correct == pytest.approx(0.80, abs=0.04)
 
 
+def test_every_item_answers_under_every_strategy(outcome):
+    """No item breaks a strategy: a one-option item (the train split has five) has no wrong
+    option to lose a Flash or Concise answer to, so it keeps the recorded one."""
+    q = data.questions()
+    n_opts = np.array([len(o) for o in q["options"]])
+    one = [int(x) for x in q["question_id"][n_opts == 1]]
+    assert one, "the data has one-option items"
+    for qid in one + [int(x) for x in q["question_id"][::97]]:
+        for m in POOL:
+            for s in Strategy:
+                letter, _ = outcome.strategy_answer(qid, m, s)
+                assert letter is None or len(letter) == 1
+    for qid in one:
+        pred, _, _ = outcome.recorded("strong", qid)
+        assert all(outcome.strategy_answer(qid, "strong", s)[0] in (pred, None) for s in Strategy)
+
+
 def test_aggregator_plurality():
     """Aggregator ties go to its own answer, else the earliest."""
     assert plurality(["A", "B", "B"]) == "B"

@@ -142,7 +142,9 @@ class OutcomeModel:
         else:
             n = int(self.n_options[self.index(item_id)])
             wrong = [x for x in LETTERS[:n] if x != pred]
-            letter = wrong[int(_u(self.seed, item_id, model, strategy.value, "wrong") * len(wrong))]
+            # a one-option item (five in the train split) has no wrong option to pick
+            letter = wrong[int(_u(self.seed, item_id, model, strategy.value, "wrong")
+                               * len(wrong))] if wrong else pred
         if tokens > self.max_tokens[model][strategy]:
             return None, self.max_tokens[model][strategy]  # truncated: no answer
         return letter, tokens
