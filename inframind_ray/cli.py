@@ -415,14 +415,13 @@ def main() -> None:
 
 def _classes(attr: str, *modules: str) -> tuple[type, ...]:
     """``attr`` of every importable module among ``modules``."""
+    import contextlib
     import importlib
 
     out = []
     for name in modules:
-        try:
+        with contextlib.suppress(ImportError, AttributeError):
             out.append(getattr(importlib.import_module(name), attr))
-        except (ImportError, AttributeError):
-            pass
     return tuple(out)
 
 

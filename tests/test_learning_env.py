@@ -54,6 +54,25 @@ def test_every_decision_gets_one_reward(env):
     assert 0.0 <= env.episode_stats["goodput"] <= 1.0
 
 
+def test_counterfactual_baseline():
+    """With the per-item baseline on, every reward is quality - baseline - lam * cost * w, where
+    the baseline is whether the strongest model alone answers that item right (0 or 1, both
+    seen); the policy's observations do not change."""
+    e = TwinOrchestrationEnv({"queries_per_episode": 40, "lam": 2.0,
+                              "counterfactual_baseline": True})
+    try:
+        _, rewarded, infos = _play(e, seed=4)
+    finally:
+        e.close()
+    seen = set()
+    for aid, r in rewarded.items():
+        i = infos[aid]
+        assert i["baseline"] in (0.0, 1.0)
+        seen.add(i["baseline"])
+        assert r == pytest.approx(i["quality"] - i["baseline"] - 2.0 * i["cost"] * i["weight"])
+    assert seen == {0.0, 1.0}
+
+
 def test_reset_mid_episode(env):
     """A reset while queries are in flight drains the old episode and starts a new one."""
     obs, _ = env.reset(seed=5)

@@ -32,6 +32,7 @@ from inframind_ray.twin.outcome import OutcomeModel
 from inframind_ray.twin.pool import build_engines, build_pool_info, pool_state
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import WorkloadSpec, make_queries
+from inframind_ray.workflow.prompts import Strategy
 from inframind_ray.workflow.runner import QueryResult, run_query
 from inframind_ray.workflow.topology import Plan, build_graph
 
@@ -49,6 +50,11 @@ class EnvConfig(BaseModel):
     budget_ranges: list[tuple[float, float]] = [(20.0, 90.0), (15.0, 45.0), (30.0, 120.0)]
     split: str = "train"
     lam: float = Field(1.0, ge=0)
+    counterfactual_baseline: bool = False
+    """Subtract from every decision's reward whether the strongest model alone (DeepThink) answers
+    the item right, read from the recorded answers (``reference_quality``). It does not depend on
+    the action, so the policy gradient stays unbiased; it takes the item-difficulty variance out
+    of the advantage. The policy never sees it: it is training-time information only."""
 
 
 def query_terms(res: QueryResult, outcome: OutcomeModel) -> tuple[float, float, dict[str, float]]:
@@ -62,6 +68,12 @@ def query_terms(res: QueryResult, outcome: OutcomeModel) -> tuple[float, float, 
     graph = build_graph(res.plan)
     return quality, cost, {s.node_id: graph.path_through(s.node_id) / graph.critical_path_len
                            for s in res.steps}
+
+
+def reference_quality(res: QueryResult, outcome: OutcomeModel, strongest: str) -> float:
+    """1 if the strongest model alone, step by step, answers the query's item right (whatever
+    the load): the per-item counterfactual baseline of ``EnvConfig.counterfactual_baseline``."""
+    return float(outcome.would_be_correct(res.query.item_id, strongest, Strategy.DEEPTHINK))
 
 
 def _first_valid(mask: np.ndarray) -> int:
@@ -256,13 +268,16 @@ class TwinOrchestrationEnv(MultiAgentEnv):
 
     def _reward(self, res: QueryResult) -> None:
         quality, cost, node_w = query_terms(res, self.outcome)
+        base = (reference_quality(res, self.outcome, self.info.strongest)
+                if self.cfg.counterfactual_baseline else 0.0)
         n = int(res.query.query_id[1:6])
         weights = {f"plan/{n}": 1.0} | {f"step/{n}/{k}": w for k, w in node_w.items()}
         for aid, w in weights.items():
             if aid not in self.agents or aid in self._finished:
                 continue
-            self._finished[aid] = (quality - self.cfg.lam * cost * w,
-                                   {"quality": quality, "cost": cost, "weight": w})
+            self._finished[aid] = (quality - base - self.cfg.lam * cost * w,
+                                   {"quality": quality, "cost": cost, "weight": w,
+                                    "baseline": base})
             self._finished_order.append(aid)
         s = self.episode_stats
         s["queries_done"] += 1

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from rich.progress import Progress
 
-from inframind_ray.learning.env import query_terms
+from inframind_ray.learning.env import query_terms, reference_quality
 from inframind_ray.policy.base import Policy, QueryInfo, StepContext, StepDecision, SystemState
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.features import PLAN_ACTIONS, STRATEGIES
@@ -72,6 +72,8 @@ def collect(env, teacher_name: str, episodes: int, seed: int, lam: float,
             for res in _simulate(env, spec, rec):
                 qid = res.query.query_id
                 quality, cost, weights = query_terms(res, env.outcome)
+                if env.cfg.counterfactual_baseline:  # the same reward as the env's
+                    quality -= reference_quality(res, env.outcome, env.info.strongest)
                 if qid in rec.plans:
                     obs, a = rec.plans[qid]
                     out["planner"].append((obs, a, quality - lam * cost))
