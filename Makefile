@@ -3,7 +3,7 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-cpu demo test bench speed overhead data embeddings policy bench-learned
+.PHONY: install install-cpu demo test bench speed overhead data embeddings policy bench-learned predictors
 
 # Base install: torch first, pinned to the CPU wheel (never a CUDA build), then the project.
 $(VENV)/.base: pyproject.toml
@@ -36,6 +36,13 @@ policy: install  ## retrain the shipped default policy (docs/learning.md), about
 	$(BIN)/inframind train -c rllib_configs/default.yaml --out runs/train-default
 	rm -rf inframind_ray/data/policy && cp -r runs/train-default/policy inframind_ray/data/policy
 	mkdir -p docs/learning && cp runs/train-default/metrics.jsonl runs/train-default/summary.json runs/train-default/training.png docs/learning/
+
+TELEMETRY := --queries 1000 --policies inframind,infra-heuristic,least-loaded,random --no-progress
+predictors: install  ## latency/length predictors fitted on twin telemetry (docs/learning.md)
+	$(BIN)/inframind bench --split train --seed 0 $(TELEMETRY) --out runs/telemetry-train
+	$(BIN)/inframind bench --split val --seed 1 $(TELEMETRY) --out runs/telemetry-val
+	$(BIN)/inframind predictors --calls runs/telemetry-train/calls.parquet \
+		--eval runs/telemetry-val/calls.parquet --out docs/learning/predictors
 
 speed: install  ## the twin speed figure in docs/twin.md
 	$(BIN)/python scripts/twin_speed.py --queries 2400 --out docs/bench/speed.json

@@ -156,6 +156,51 @@ def train(
 
 
 @app.command()
+def predictors(
+    calls: Annotated[Path, typer.Option(help="telemetry to fit on: calls.parquet of an "
+                                        "`inframind bench` run (e.g. --split train)")],
+    eval_calls: Annotated[Path, typer.Option("--eval", help="held-out telemetry to report the "
+                                             "error on (a run on other items, e.g. --split val)")],
+    pool: Annotated[str, typer.Option(help="pool YAML path or shipped pool name")] = "default",
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/predictors"),
+) -> None:
+    """Fit latency and output-length predictors on recorded call telemetry (Parquet) and report
+    their error, next to the analytic price list's, on held-out rows.
+
+    Writes OUT/predictors.json (JSON, no pickles) and OUT/report.json, and prints a table.
+    """
+    import json
+
+    from rich.table import Table
+
+    from inframind_ray.config import load_pool
+    from inframind_ray.policy import predictors as P
+    from inframind_ray.twin.outcome import OutcomeModel
+    from inframind_ray.twin.pool import build_pool_info
+
+    cfg = load_pool(pool)
+    info = build_pool_info(cfg, OutcomeModel({m.name: m.recorded for m in cfg.models}))
+    train, held = P.read_calls(calls, info), P.read_calls(eval_calls, info)
+    pred = P.fit(train, info)
+    report = {"fit_rows": train.num_rows, "fit_file": str(calls), "eval_file": str(eval_calls),
+              **P.evaluate(pred, held, info)}
+    out.mkdir(parents=True, exist_ok=True)
+    pred.save(out / "predictors.json")
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    tab = Table(title=f"held-out error |predicted - actual| / actual ({held.num_rows} calls)")
+    for col in ("what", "n", "analytic med", "analytic p90", "fitted med", "fitted p90"):
+        tab.add_column(col, justify="left" if col == "what" else "right")
+    for kind in ("latency", "length"):
+        for name, r in report[kind].items():
+            tab.add_row(f"{kind} {name}", str(r["n"]),
+                        *(f"{100 * r[w][q]:.1f} %" for w in ("analytic", "fitted")
+                          for q in ("median", "p90")))
+    console.print(tab)
+    console.print(f"wrote {out}/predictors.json and {out}/report.json "
+                  f"(fitted on {train.num_rows} calls)")
+
+
+@app.command()
 def pools() -> None:
     """List the shipped pools and their models."""
     from inframind_ray.config import POOLS_DIR, load_pool

@@ -95,7 +95,7 @@ def test_unknown_option_is_a_usage_error(cmd):
 
 def test_help_on_every_command():
     """--help works everywhere."""
-    for cmd in ([], ["bench"], ["pools"], ["embed"], ["train"]):
+    for cmd in ([], ["bench"], ["pools"], ["embed"], ["train"], ["predictors"]):
         r = run(*cmd, "--help")
         assert r.returncode == 0 and "Usage" in r.stdout
 

@@ -157,8 +157,19 @@ def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeMode
             "ttft_s": None if s.first_token is None else s.first_token - s.start,
             "latency_s": s.end - s.start, "prompt_tokens": s.prompt_tokens,
             "output_tokens": s.output_tokens, "preemptions": s.num_preemptions,
-            "deadline_s": q.deadline,
+            "deadline_s": q.deadline, **_dispatch_load(s),
         })
+
+
+def _dispatch_load(s) -> dict:
+    """The chosen model's live metrics when the executor decided (telemetry for predictors)."""
+    ld = s.load
+    if ld is None:
+        return {"load_waiting": None, "load_running": None, "load_kv_usage": None,
+                "load_e2e_ewma_s": None, "load_replicas": None, "load_age_s": None}
+    return {"load_waiting": ld.waiting, "load_running": ld.running,
+            "load_kv_usage": ld.kv_usage, "load_e2e_ewma_s": ld.e2e_s,
+            "load_replicas": ld.replicas, "load_age_s": ld.age(s.start)}
 
 
 def _mix(values: list[str]) -> dict[str, float]:

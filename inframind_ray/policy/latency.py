@@ -7,10 +7,10 @@ import math
 from inframind_ray.policy.base import ModelInfo, ModelLoad
 
 
-def predict_latency(
+def latency_terms(
     info: ModelInfo, load: ModelLoad, prompt_tokens: int, out_tokens: float
-) -> float:
-    """Predicted seconds from submission to last token of one new request.
+) -> tuple[float, float]:
+    """(service, queue wait) seconds of one new request; ``predict_latency`` is their sum.
 
     Queue wait: requests beyond the free sequence slots wait, on average, their share of the
     in-flight work (e2e EWMA per slot). Service: one prefill iteration and ``out_tokens - 1``
@@ -26,6 +26,15 @@ def predict_latency(
     )
     excess = load.waiting + load.running + 1 - slots
     if excess <= 0:
-        return service
+        return service, 0.0
     per_request = load.e2e_s if load.e2e_s > 0 else service
-    return service + excess / slots * per_request
+    return service, excess / slots * per_request
+
+
+def predict_latency(
+    info: ModelInfo, load: ModelLoad, prompt_tokens: int, out_tokens: float
+) -> float:
+    """Predicted seconds from submission to last token of one new request (the analytic price
+    list: ``latency_terms`` summed)."""
+    service, wait = latency_terms(info, load, prompt_tokens, out_tokens)
+    return service + wait

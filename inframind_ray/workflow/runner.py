@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from inframind_ray.policy.base import Policy, QueryInfo, StepContext, SystemState
+from inframind_ray.policy.base import ModelLoad, Policy, QueryInfo, StepContext, SystemState
 from inframind_ray.workflow.prompts import Strategy, build_prompt, extract_answer
 from inframind_ray.workflow.topology import AgentNode, Plan, build_graph
 
@@ -49,6 +49,7 @@ class AgentResult:
     prompt_tokens: int = 0
     output_tokens: int = 0
     num_preemptions: int = 0
+    load: ModelLoad | None = None  # the chosen model's live metrics when the executor decided
 
     @property
     def answer(self) -> str | None:
@@ -127,13 +128,14 @@ async def run_query(
         )
         remaining = query.deadline - now
         if abort_on_deadline and remaining <= 0:
-            return _failed(node, d.model, d.strategy, "deadline", now, now)
-        try:
-            if abort_on_deadline:
-                return await asyncio.wait_for(backend.call(call), remaining)
-            return await backend.call(call)
-        except TimeoutError:
-            return _failed(node, d.model, d.strategy, "deadline", now, loop.time())
+            res = _failed(node, d.model, d.strategy, "deadline", now, now)
+        else:
+            try:
+                res = await (asyncio.wait_for(backend.call(call), remaining)
+                             if abort_on_deadline else backend.call(call))
+            except TimeoutError:
+                res = _failed(node, d.model, d.strategy, "deadline", now, loop.time())
+        return replace(res, load=ctx.state.models.get(d.model))
 
     for node in graph.nodes:  # topological order: deps already have tasks
         tasks[node.id] = loop.create_task(run_node(node))
