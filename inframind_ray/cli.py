@@ -173,21 +173,21 @@ def predictors(
 
     from rich.table import Table
 
+    from inframind_ray.bench.runner import outcome_for
     from inframind_ray.config import load_pool
     from inframind_ray.policy import predictors as P
-    from inframind_ray.twin.outcome import OutcomeModel
     from inframind_ray.twin.pool import build_pool_info
 
     cfg = load_pool(pool)
-    info = build_pool_info(cfg, OutcomeModel({m.name: m.recorded for m in cfg.models}))
+    info = build_pool_info(cfg, outcome_for(cfg, 0))
     train, held = P.read_calls(calls, info), P.read_calls(eval_calls, info)
     pred = P.fit(train, info)
-    report = {"fit_rows": train.num_rows, "fit_file": str(calls), "eval_file": str(eval_calls),
+    report = {"fit_rows": len(train), "fit_file": str(calls), "eval_file": str(eval_calls),
               **P.evaluate(pred, held, info)}
     out.mkdir(parents=True, exist_ok=True)
     pred.save(out / "predictors.json")
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-    tab = Table(title=f"held-out error |predicted - actual| / actual ({held.num_rows} calls)")
+    tab = Table(title=f"held-out error |predicted - actual| / actual ({len(held)} calls)")
     for col in ("what", "n", "analytic med", "analytic p90", "fitted med", "fitted p90"):
         tab.add_column(col, justify="left" if col == "what" else "right")
     for kind in ("latency", "length"):
@@ -197,7 +197,7 @@ def predictors(
                           for q in ("median", "p90")))
     console.print(tab)
     console.print(f"wrote {out}/predictors.json and {out}/report.json "
-                  f"(fitted on {train.num_rows} calls)")
+                  f"(fitted on {len(train)} calls)")
 
 
 @app.command()

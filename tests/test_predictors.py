@@ -43,7 +43,7 @@ def test_bench_records_dispatch_metrics(setup):
     """Every completed call carries the chosen model's metrics at dispatch; under load some
     calls saw a queue."""
     d, info = setup
-    t = P.read_calls(d / "train.parquet", info).to_pandas()
+    t = P.read_calls(d / "train.parquet", info)
     assert t["load_replicas"].min() >= 1 and t["load_kv_usage"].between(0, 1).all()
     assert (t["load_waiting"] > 0).any() and (t["load_age_s"] >= 0).all()
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy.optimize import nnls
@@ -76,7 +77,7 @@ class Predictors:
         return cls(lengths, lat, int(d.get("n_rows", 0)))
 
 
-def read_calls(path: str | Path, pool: PoolInfo) -> pa.Table:
+def read_calls(path: str | Path, pool: PoolInfo) -> pd.DataFrame:
     """Completed calls of pool models that carry dispatch metrics; ConfigError if none."""
     try:
         t = pq.read_table(path)
@@ -90,29 +91,26 @@ def read_calls(path: str | Path, pool: PoolInfo) -> pa.Table:
     rows = t.to_pandas()
     keep = ((rows["status"] == "ok") & rows["load_waiting"].notna() & (rows["latency_s"] > 0)
             & rows["model"].isin([m.name for m in pool.models]))
-    rows = rows[keep]
+    rows = rows[keep].reset_index(drop=True)
     if rows.empty:
         raise ConfigError("calls", f"{path}: no completed call of this pool's models")
-    return pa.Table.from_pandas(rows, preserve_index=False)
+    return rows
 
 
-def _loads(t: pa.Table) -> list[ModelLoad]:
-    cols = {c: t.column(c).to_numpy(zero_copy_only=False) for c in ("model", *LOAD_COLUMNS)}
-    return [ModelLoad(str(cols["model"][i]), int(cols["load_replicas"][i]),
-                      int(cols["load_waiting"][i]), int(cols["load_running"][i]),
-                      float(cols["load_kv_usage"][i]), 0.0, 0.0,
-                      float(cols["load_e2e_ewma_s"][i]), 0.0)
-            for i in range(t.num_rows)]
+def _loads(df: pd.DataFrame) -> list[ModelLoad]:
+    return [ModelLoad(str(r.model), int(r.load_replicas), int(r.load_waiting),
+                      int(r.load_running), float(r.load_kv_usage), 0.0, 0.0,
+                      float(r.load_e2e_ewma_s), 0.0)
+            for r in df.itertuples(index=False)]
 
 
-def fit(calls: pa.Table, pool: PoolInfo) -> Predictors:
+def fit(df: pd.DataFrame, pool: PoolInfo) -> Predictors:
     """Fit lengths, then latency coefficients with the fitted lengths (see the module doc)."""
-    df = calls.to_pandas()
     lengths: dict[str, dict[str, float]] = {}
     for (m, s), g in df.groupby(["model", "strategy"]):
         lengths.setdefault(str(m), {})[str(s)] = float(np.median(g["output_tokens"]))
     pred = Predictors(lengths, {}, len(df))
-    loads = _loads(calls)
+    loads = _loads(df)
     for m in pool.models:
         idx = np.flatnonzero(df["model"].to_numpy() == m.name)
         if len(idx) < 3:
@@ -132,11 +130,10 @@ def _rel(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
     return {"median": round(float(np.median(e)), 4), "p90": round(float(np.quantile(e, 0.9)), 4)}
 
 
-def evaluate(pred: Predictors, calls: pa.Table, pool: PoolInfo) -> dict:
+def evaluate(pred: Predictors, df: pd.DataFrame, pool: PoolInfo) -> dict:
     """Relative errors (median, p90) of the analytic and the fitted predictors, per model, on
-    ``calls`` (latency of every completed call; output length per (model, strategy))."""
-    df = calls.to_pandas()
-    loads = _loads(calls)
+    ``df`` (latency of every completed call; output length per (model, strategy))."""
+    loads = _loads(df)
     out: dict = {"n_rows": len(df), "latency": {}, "length": {}}
     for m in pool.models:
         idx = np.flatnonzero(df["model"].to_numpy() == m.name)
