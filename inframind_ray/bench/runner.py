@@ -18,7 +18,7 @@ from inframind_ray.twin.outcome import OutcomeModel
 from inframind_ray.twin.pool import build_engines, build_pool_info, pool_state
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import WorkloadSpec, make_queries
-from inframind_ray.workflow.runner import QueryResult, run_query
+from inframind_ray.workflow.runner import AgentResult, QueryResult, run_query
 from inframind_ray.workflow.topology import build_graph
 
 QUEUE_SAMPLE_S = 1.0
@@ -161,7 +161,7 @@ def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeMode
         })
 
 
-def _dispatch_load(s) -> dict:
+def _dispatch_load(s: AgentResult) -> dict:
     """The chosen model's live metrics when the executor decided (telemetry for predictors)."""
     ld = s.load
     if ld is None:

@@ -52,7 +52,7 @@ class EnvConfig(BaseModel):
     lam: float = Field(1.0, ge=0)
     counterfactual_baseline: bool = False
     """Subtract from every decision's reward whether the strongest model alone (DeepThink) answers
-    the item right, read from the recorded answers (``reference_quality``). It does not depend on
+    the item right, read from the recorded answers (``reward_terms``). It does not depend on
     the action, so the policy gradient stays unbiased; it takes the item-difficulty variance out
     of the advantage. The policy never sees it: it is training-time information only."""
 
@@ -68,12 +68,6 @@ def query_terms(res: QueryResult, outcome: OutcomeModel) -> tuple[float, float, 
     graph = build_graph(res.plan)
     return quality, cost, {s.node_id: graph.path_through(s.node_id) / graph.critical_path_len
                            for s in res.steps}
-
-
-def reference_quality(res: QueryResult, outcome: OutcomeModel, strongest: str) -> float:
-    """1 if the strongest model alone, step by step, answers the query's item right (whatever
-    the load): the per-item counterfactual baseline of ``EnvConfig.counterfactual_baseline``."""
-    return float(outcome.would_be_correct(res.query.item_id, strongest, Strategy.DEEPTHINK))
 
 
 def _first_valid(mask: np.ndarray) -> int:
@@ -266,10 +260,19 @@ class TwinOrchestrationEnv(MultiAgentEnv):
             self.agents.remove(aid)
         self._finished_order = [a for a in self._finished_order if a in keep]
 
-    def _reward(self, res: QueryResult) -> None:
+    def reward_terms(self, res: QueryResult) -> tuple[float, float, float, dict[str, float]]:
+        """(quality, baseline, lateness cost, LAMaS weight per node) of a finished query: the
+        terms of every decision's reward ``quality - baseline - lam * cost * weight``. The
+        baseline is 0 unless ``counterfactual_baseline``: then 1 if the strongest model alone,
+        step by step, answers the item right (whatever the load)."""
         quality, cost, node_w = query_terms(res, self.outcome)
-        base = (reference_quality(res, self.outcome, self.info.strongest)
+        base = (float(self.outcome.would_be_correct(res.query.item_id, self.info.strongest,
+                                                    Strategy.DEEPTHINK))
                 if self.cfg.counterfactual_baseline else 0.0)
+        return quality, base, cost, node_w
+
+    def _reward(self, res: QueryResult) -> None:
+        quality, base, cost, node_w = self.reward_terms(res)
         n = int(res.query.query_id[1:6])
         weights = {f"plan/{n}": 1.0} | {f"step/{n}/{k}": w for k, w in node_w.items()}
         for aid, w in weights.items():

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 from rich.progress import Progress
 
-from inframind_ray.learning.env import query_terms, reference_quality
 from inframind_ray.policy.base import Policy, QueryInfo, StepContext, StepDecision, SystemState
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.features import PLAN_ACTIONS, STRATEGIES
@@ -71,16 +70,14 @@ def collect(env, teacher_name: str, episodes: int, seed: int, lam: float,
             rec = _Recorder(make_policy(teacher_name, env.info, spec.seed), student)
             for res in _simulate(env, spec, rec):
                 qid = res.query.query_id
-                quality, cost, weights = query_terms(res, env.outcome)
-                if env.cfg.counterfactual_baseline:  # the same reward as the env's
-                    quality -= reference_quality(res, env.outcome, env.info.strongest)
+                quality, base, cost, weights = env.reward_terms(res)  # the env's own reward
                 if qid in rec.plans:
                     obs, a = rec.plans[qid]
-                    out["planner"].append((obs, a, quality - lam * cost))
+                    out["planner"].append((obs, a, quality - base - lam * cost))
                 for node, w in weights.items():
                     if (qid, node) in rec.steps:
                         obs, a = rec.steps[(qid, node)]
-                        out["executor"].append((obs, a, quality - lam * cost * w))
+                        out["executor"].append((obs, a, quality - base - lam * cost * w))
             bar.advance(task)
     return out
 
