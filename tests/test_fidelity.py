@@ -224,3 +224,28 @@ def test_validate_missing_profile_file(tmp_path: Path) -> None:
     res = _cli("-c", str(ROOT / "deployments" / "vllm_cpu_pool.yaml"), "--model", "tiny",
                "--profile", str(tmp_path / "absent.json"))
     _assert_one_line_failure(res, "no profile file")
+
+
+def test_speed_anchor_scales_the_twin() -> None:
+    """Probes 30 % slower than the profile -> speed 1.3; the anchored profile's lone-request
+    latency is 1.3x the fixed one; a case's speed is the geometric mean of its two probes."""
+    from inframind_ray.engine.profile import IterationProfile
+    from inframind_ray.fidelity import validate as V
+
+    fp = P.FittedProfile(IterationProfile(3e-3, 2e-5, 1e-4, 3e-7), 5e-3, {})
+    lone = {s: V.twin_lone_latency(fp, *s) for s in V.PROBE_SHAPES}
+    # the simulated lone request agrees with the analytic formula (prefill fits one chunk)
+    for (p, o), t in lone.items():
+        assert t == pytest.approx(fp.profile.request_latency(p, o) + 5e-3, rel=1e-6)
+    slow = [dict(prompt_tokens=p, output_tokens=o, e2e_s=1.3 * t) for (p, o), t in lone.items()]
+    assert V.probe_speed(slow, fp) == pytest.approx(1.3)
+    assert V.probe_speed([], fp) is None
+    fast = V.anchored(fp, 1.3)
+    for (p, o), t in lone.items():
+        assert V.twin_lone_latency(fast, p, o) == pytest.approx(1.3 * t)
+    fastish = [dict(r, e2e_s=r["e2e_s"] / 1.3 * 1.1) for r in slow]
+    case = V.make_cases((60.0,), 4)[0]
+    case.probe_before, case.probe_after = slow, fastish
+    V.anchor_case(case, fp)
+    assert case.speed == pytest.approx((1.3 * 1.1) ** 0.5)
+    assert (case.speed_before, case.speed_after) == pytest.approx((1.3, 1.1))

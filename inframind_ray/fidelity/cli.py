@@ -160,6 +160,9 @@ def validate(
     pin: Annotated[bool, typer.Option(
         help="keep this process off the vLLM CPU worker's cores (VLLM_CPU_OMP_THREADS_BIND)"
     )] = True,
+    anchor: Annotated[bool, typer.Option(
+        help="re-anchor the profile's speed per case with lone probe requests run just before "
+             "and after it (the fixed profile's errors are reported beside)")] = False,
 ) -> None:
     """Replay the same arrivals (Poisson per rate, a bursty trace, mixed deadlines, a small KV
     cache) against the real engine and the twin with the fitted profile; report per-request TTFT
@@ -200,10 +203,19 @@ def validate(
         infos[label] = info
         console.print(f"engine {label}: {info.as_dict()}")
         try:
-            for c in group:
+            probe: list[dict] = []
+            if anchor:
+                with console.status("speed probe"):
+                    await V.probe_real(engine, maker.make, f"{label}-warm")  # warm-up, dropped
+                    probe = await V.probe_real(engine, maker.make, f"{label}-0")
+            for k, c in enumerate(group):
                 dur = float(c.arrivals[-1])
                 with console.status(f"{c.name}: {len(c.arrivals)} requests over {dur:.0f} s"):
                     await V.replay_real(engine, c, maker.make)
+                    if anchor:
+                        c.probe_before = probe
+                        probe = c.probe_after = await V.probe_real(engine, maker.make,
+                                                                   f"{label}-{k + 1}")
                 console.print(f"  real {c.name}: done")
         finally:
             await ctx.__aexit__(None, None, None)
@@ -225,6 +237,10 @@ def validate(
         if not kv_tokens:
             raise ConfigError("kv_capacity_tokens", f"unknown for {m.name!r}; set it in the "
                               "deployment file")
+        if anchor:
+            V.replay_twin(c, fp, info, int(kv_tokens))  # c.speed is 1 here: the fixed profile
+            c.twin_fixed = c.twin
+            V.anchor_case(c, fp)
         V.replay_twin(c, fp, info, int(kv_tokens))
         row = V.compare(c)
         row["twin_kv_capacity_tokens"] = int(kv_tokens)
@@ -242,7 +258,7 @@ def _write(out: Path, cases: list, rows: list[dict], key: str, infos: dict) -> N
         {"profile_key": key, "engines": {k: v.as_dict() for k, v in infos.items()}}, indent=1))
     reqs, samples = [], []
     for c in cases:
-        for side, rs in (("real", c.real), ("twin", c.twin)):
+        for side, rs in (("real", c.real), ("twin", c.twin), ("twin_fixed", c.twin_fixed)):
             reqs += [{"case": c.name, "side": side, **r} for r in rs]
         for side, ss in (("real", c.real_samples), ("twin", c.twin_samples)):
             samples += [{"case": c.name, "side": side, **s} for s in ss]
@@ -251,7 +267,8 @@ def _write(out: Path, cases: list, rows: list[dict], key: str, infos: dict) -> N
     V.plot(cases, str(out / "latency_cdf.png"), str(out / "queue_depth.png"))
     t = Table(title="twin vs real engine (relative error |twin - real| / real, per request)")
     cols = ("case", "rate/min", "TTFT med", "TTFT p90", "E2E med", "E2E p90", "thr real",
-            "thr twin", "depth real/twin", "order tau", "preempt real/twin")
+            "thr twin", "depth real/twin", "order tau", "preempt real/twin", "speed",
+            "fixed TTFT/E2E med")
     for col in cols:
         t.add_column(col, justify="right")
     for r in rows:
@@ -261,7 +278,9 @@ def _write(out: Path, cases: list, rows: list[dict], key: str, infos: dict) -> N
                   f"{r['throughput_twin']:.1f}",
                   f"{r['queue_depth_mean_real']:.2f}/{r['queue_depth_mean_twin']:.2f}",
                   f"{r['finish_order_kendall_tau']:.2f}",
-                  f"{r['preemptions_real']}/{r['preemptions_twin']}")
+                  f"{r['preemptions_real']}/{r['preemptions_twin']}", f"{r['speed_scale']:.3f}",
+                  f"{r['fixed_ttft_median_rel_err']:.1%}/{r['fixed_e2e_median_rel_err']:.1%}"
+                  if "fixed_ttft_median_rel_err" in r else "-")
     console.print(t)
     console.print(f"wrote {out}/validate.json, requests.parquet, samples.parquet, "
                   "latency_cdf.png, queue_depth.png")

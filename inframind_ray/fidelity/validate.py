@@ -9,6 +9,13 @@ The twin gets the real engine's ``max_num_seqs``, its KV capacity in tokens (vLL
 block size, less half a block per slot for block rounding), its ``max_num_batched_tokens``, the
 prompt token counts the real engine reported, the real submit times, and each request enters it
 ``request_overhead_s`` after its arrival (the front-end delay of the profile).
+
+Speed anchoring (``--anchor``, off by default): a CPU host's speed drifts by tens of percent
+from minute to minute, which no fixed profile follows. With it, a few lone probe requests run on
+the real engine before the first case and after every case, and the twin replays each case with
+the profile's time scale multiplied by the geometric mean of the two bracketing probes' real/twin
+latency ratios. The probes are not part of any case; the fixed profile's errors are reported
+beside the anchored ones (docs/fidelity.md has a run of each).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import WorkloadSpec, arrival_times
 
 SAMPLE_DT_S = 0.05  # queue-depth sampling period
+PROBE_SHAPES = ((64, 64), (256, 128), (128, 96))  # (prompt, output) of the lone speed probes
 
 
 @dataclass
@@ -47,6 +55,12 @@ class Case:
     twin: list[dict] = field(default_factory=list)
     real_samples: list[dict] = field(default_factory=list)
     twin_samples: list[dict] = field(default_factory=list)
+    twin_fixed: list[dict] = field(default_factory=list)  # the unanchored profile's replay
+    probe_before: list[dict] = field(default_factory=list)
+    probe_after: list[dict] = field(default_factory=list)
+    speed: float = 1.0  # real/twin time scale from the bracketing probes (1 = not anchored)
+    speed_before: float | None = None
+    speed_after: float | None = None
 
 
 def _lengths(rng: np.random.Generator, n: int, prompt: tuple[int, int],
@@ -130,7 +144,54 @@ async def replay_real(engine: Engine, case: Case, make_prompt: Callable[[int], s
     case.real = rows
 
 
+async def probe_real(engine: Engine, make_prompt: Callable[[int], str], tag: str) -> list[dict]:
+    """Lone requests of ``PROBE_SHAPES``, one after another; their measured latency."""
+    rows = []
+    for k, (p, o) in enumerate(PROBE_SHAPES):
+        r = await engine.generate(GenerateRequest(f"probe-{tag}-{k}", make_prompt(p), o,
+                                                  deadline=time.time() + FAR_FUTURE_S))
+        if r.status == "ok":
+            rows.append(dict(prompt_tokens=r.prompt_tokens or p, output_tokens=r.output_tokens,
+                             e2e_s=r.latency_s))
+    return rows
+
+
 # --------------------------------------------------------------------------- twin
+def anchored(fp: FittedProfile, speed: float) -> FittedProfile:
+    """``fp`` with every time term (iteration coefficients, front-end delay) times ``speed``."""
+    return FittedProfile(fp.profile.scaled(1.0 / speed, 1.0 / speed),
+                         fp.request_overhead_s * speed, fp.fit)
+
+
+def twin_lone_latency(fp: FittedProfile, prompt_tokens: int, output_tokens: int) -> float:
+    """End-to-end latency of one request alone in the twin engine, front-end delay included."""
+
+    async def main() -> float:
+        eng = TwinEngine("probe", fp.profile, max_num_seqs=1, kv_capacity_tokens=1_000_000)
+        res = await eng.generate(EngineRequest("probe", prompt_tokens, max(1, output_tokens),
+                                               deadline=FAR_FUTURE_S))
+        return res.finished_at + fp.request_overhead_s
+
+    return run_simulated(main())[0]
+
+
+def probe_speed(rows: list[dict], fp: FittedProfile) -> float | None:
+    """Real/twin ratio of the probes' summed latencies (None without probes)."""
+    if not rows:
+        return None
+    twin = sum(twin_lone_latency(fp, r["prompt_tokens"], r["output_tokens"]) for r in rows)
+    return sum(r["e2e_s"] for r in rows) / twin
+
+
+def anchor_case(case: Case, fp: FittedProfile) -> None:
+    """Set ``case.speed``: the geometric mean of the speed ratios of the probes run just before
+    and just after the case (1 without probes)."""
+    case.speed_before = probe_speed(case.probe_before, fp)
+    case.speed_after = probe_speed(case.probe_after, fp)
+    ratios = [x for x in (case.speed_before, case.speed_after) if x]
+    case.speed = float(np.exp(np.mean(np.log(ratios)))) if ratios else 1.0
+
+
 def twin_kv_tokens(info: EngineInfo) -> int | None:
     """The twin's KV capacity: vLLM's token capacity less half a block per sequence slot."""
     if info.kv_capacity_tokens is None:
@@ -140,8 +201,11 @@ def twin_kv_tokens(info: EngineInfo) -> int | None:
 
 
 def replay_twin(case: Case, fp: FittedProfile, info: EngineInfo, kv_tokens: int) -> None:
-    """Replay the real run's submit times and token counts on the twin (simulated clock)."""
+    """Replay the real run's submit times and token counts on the twin (simulated clock), with
+    ``fp`` scaled by ``case.speed``; fills ``case.twin`` and ``case.twin_samples``."""
     real = sorted(case.real, key=lambda r: r["i"])
+    fp = anchored(fp, case.speed)
+    case.twin_samples = []
 
     async def main() -> None:
         eng = TwinEngine("twin", fp.profile, max_num_seqs=info.max_num_seqs,
@@ -189,23 +253,33 @@ def _depth(rows: list[dict], grid: np.ndarray) -> np.ndarray:
     return (a[None, :] <= grid[:, None]).sum(1) - (f[None, :] <= grid[:, None]).sum(1)
 
 
-def compare(case: Case) -> dict:
-    """One validate.json row."""
-    from scipy.stats import kendalltau
-
-    real, twin = case.real, case.twin
+def _rel_errors(real: list[dict], twin: list[dict]) -> tuple[list[int], np.ndarray, np.ndarray,
+                                                            np.ndarray, np.ndarray]:
+    """Requests finished on both sides; per-request TTFT and E2E of each side."""
     ok = [k for k, (r, t) in enumerate(zip(real, twin, strict=True))
           if r["status"] == "ok" and t["status"] == "finished"]
     rt = np.array([real[k]["first_token_s"] - real[k]["arrival_s"] for k in ok])
     tt = np.array([twin[k]["first_token_s"] - twin[k]["arrival_s"] for k in ok])
     re = np.array([real[k]["finish_s"] - real[k]["arrival_s"] for k in ok])
     te = np.array([twin[k]["finish_s"] - twin[k]["arrival_s"] for k in ok])
-    ettft, ee2e = np.abs(tt - rt) / rt, np.abs(te - re) / re
+    return ok, rt, tt, re, te
 
-    def thr(rows: list[dict]) -> float:
-        fin = [r["finish_s"] for r in rows if r["status"] in ("ok", "finished")]
-        span = max(fin) - min(r["arrival_s"] for r in rows)
-        return 60.0 * len(fin) / span
+
+def _throughput(rows: list[dict]) -> float:
+    """Completed requests per minute over the span from first arrival to last finish."""
+    fin = [r["finish_s"] for r in rows if r["status"] in ("ok", "finished")]
+    span = max(fin) - min(r["arrival_s"] for r in rows)
+    return 60.0 * len(fin) / span
+
+
+def compare(case: Case) -> dict:
+    """One validate.json row: the anchored twin's errors, and the fixed profile's beside them
+    when the case was anchored."""
+    from scipy.stats import kendalltau
+
+    real, twin = case.real, case.twin
+    ok, rt, tt, re, te = _rel_errors(real, twin)
+    ettft, ee2e = np.abs(tt - rt) / rt, np.abs(te - re) / re
 
     end = max(max(r["finish_s"] for r in real), max(t["finish_s"] for t in twin))
     grid = np.arange(0.0, end, 0.01)
@@ -219,7 +293,7 @@ def compare(case: Case) -> dict:
         case=case.name, rate_per_min=case.rate_per_min,
         ttft_median_rel_err=r5(np.median(ettft)), ttft_p90_rel_err=r5(np.quantile(ettft, 0.9)),
         e2e_median_rel_err=r5(np.median(ee2e)), e2e_p90_rel_err=r5(np.quantile(ee2e, 0.9)),
-        throughput_real=r5(thr(real)), throughput_twin=r5(thr(twin)),
+        throughput_real=r5(_throughput(real)), throughput_twin=r5(_throughput(twin)),
         n_requests=len(real), n_compared=len(ok),
         ttft_median_real_s=r5(np.median(rt)), ttft_median_twin_s=r5(np.median(tt)),
         e2e_median_real_s=r5(np.median(re)), e2e_median_twin_s=r5(np.median(te)),
@@ -229,7 +303,23 @@ def compare(case: Case) -> dict:
         preemptions_real=int(sum(r["preemptions"] for r in real)),
         preemptions_twin=int(sum(t["preemptions"] for t in twin)),
         engine=case.engine,
+        speed_scale=r5(case.speed),
+        probe_speed_before=None if case.speed_before is None else r5(case.speed_before),
+        probe_speed_after=None if case.speed_after is None else r5(case.speed_after),
+        **_fixed_errors(case, r5),
     )
+
+
+def _fixed_errors(case: Case, r5: Callable[[float], float]) -> dict:
+    if not case.twin_fixed:
+        return {}
+    _, rt, tt, re, te = _rel_errors(case.real, case.twin_fixed)
+    ettft, ee2e = np.abs(tt - rt) / rt, np.abs(te - re) / re
+    return dict(fixed_ttft_median_rel_err=r5(np.median(ettft)),
+                fixed_ttft_p90_rel_err=r5(np.quantile(ettft, 0.9)),
+                fixed_e2e_median_rel_err=r5(np.median(ee2e)),
+                fixed_e2e_p90_rel_err=r5(np.quantile(ee2e, 0.9)),
+                fixed_throughput_twin=r5(_throughput(case.twin_fixed)))
 
 
 def plot(cases: list[Case], path_cdf: str, path_depth: str) -> None:
@@ -244,7 +334,11 @@ def plot(cases: list[Case], path_cdf: str, path_depth: str) -> None:
     for row, c in zip(axes, cases, strict=True):
         for ax, (label, key) in zip(row, (("TTFT", "first_token_s"), ("E2E", "finish_s")),
                                     strict=True):
-            for rows, style, name in ((c.real, "-", "real vLLM"), (c.twin, "--", "twin")):
+            sides = [(c.real, "-", "real vLLM"),
+                     (c.twin, "--", "twin, anchored" if c.twin_fixed else "twin")]
+            if c.twin_fixed:
+                sides.append((c.twin_fixed, ":", "twin, fixed profile"))
+            for rows, style, name in sides:
                 v = np.sort([r[key] - r["arrival_s"] for r in rows if math.isfinite(r[key])])
                 ax.step(v, np.arange(1, len(v) + 1) / len(v), style, where="post", label=name)
             ax.set_xscale("log")
