@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from inframind_ray import data
-from inframind_ray.bench.runner import CellSpec, run_cell
+from inframind_ray.bench.runner import CellSpec, outcome_for, run_cell
 from inframind_ray.twin.workload import WorkloadSpec, sample_items
 
 POLICIES = ("always-strongest", "static-task", "moa", "random", "round-robin", "least-loaded",
@@ -68,11 +68,56 @@ def test_fcfs_switch_changes_order_not_work(pool):
 
 
 def test_shipped_learned_policy_beats_task_only_under_load(pool):
-    """The shipped `inframind` policy keeps always-strongest's accuracy when idle and spreads
-    load when the strong model congests (held-out test items)."""
+    """The shipped `inframind` policy keeps always-strongest's accuracy when idle (voting
+    ensembles of the strong model), and goes to single agents and sheds load when the strong
+    model congests (held-out test items)."""
     lo_a, lo_l = (_cell(pool, p, 10, 400) for p in ("always-strongest", "inframind"))
     assert lo_l["goodput"] >= lo_a["goodput"] - 0.01
     assert lo_l["model_mix"].get("llama-3.1-70b", 0) > 0.9
+    assert lo_l["topology_mix"].get("debate", 0) > 0.5
     hi_a, hi_l = (_cell(pool, p, 300, 800) for p in ("always-strongest", "inframind"))
     assert hi_l["goodput"] > 1.5 * hi_a["goodput"]
     assert hi_l["slo_attainment"] > 0.95
+    assert hi_l["topology_mix"].get("io", 0) > 0.95
+
+
+def test_infra_topology_votes_when_idle_and_goes_single_under_congestion(pool):
+    """The warm-start teacher: voting ensembles (re-sampling diversity, assumptions SAMPLE_*)
+    beat one agent when the pool is idle; under congestion it plans one agent per query."""
+    lo_a, lo_t = (_cell(pool, p, 10, 400) for p in ("always-strongest", "infra-topology"))
+    assert lo_t["topology_mix"].get("debate", 0) > 0.6
+    assert lo_t["goodput"] > lo_a["goodput"] + 0.01
+    hi = _cell(pool, "infra-topology", 300, 600)
+    assert hi["topology_mix"].get("io", 0) > 0.95
+    assert hi["goodput"] > 1.5 * _cell(pool, "always-strongest", 300, 600)["goodput"]
+
+
+def test_infra_topology_voters_spread_to_free_models(pool):
+    """An extra voter goes to the strongest model while it has a free slot, else to the most
+    accurate model that has one."""
+    from inframind_ray.policy.base import ModelLoad, QueryInfo, StepContext, SystemState
+    from inframind_ray.policy.baselines import InfraTopology
+    from inframind_ray.twin.pool import build_pool_info
+    from inframind_ray.workflow.topology import build_graph
+
+    info = build_pool_info(pool, outcome_for(pool, 0))
+    pol = InfraTopology(info)
+    q = QueryInfo("q", "text", 60.0, 0.0, category="math", item_id=None)
+
+    def state(running_70b: int) -> SystemState:
+        return SystemState(0.0, {m: ModelLoad(m, 1, 0, running_70b if m == "llama-3.1-70b"
+                                              else 0, 0.1, 0.3, 0.03, 4.0, 0.0)
+                                 for m in info.names})
+
+    assert pol.plan(q, state(0)) == InfraTopology.VOTE
+    assert pol.plan(q, state(5)).topology.value == "io"  # one free slot: no room to vote
+    voter = build_graph(InfraTopology.VOTE).nodes[1]
+    for running, want in ((0, "llama-3.1-70b"), (6, None)):
+        ctx = StepContext(q, InfraTopology.VOTE, voter, 2, 0.0, state(running))
+        d = pol.decide(ctx)
+        if want:
+            assert d.model == want
+        else:
+            others = [m for m in info.models if m.name != "llama-3.1-70b"]
+            best = max(others, key=lambda m: m.accuracy_by_category.get("math", m.accuracy))
+            assert d.model == best.name

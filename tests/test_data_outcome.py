@@ -94,6 +94,35 @@ def test_every_item_answers_under_every_strategy(outcome):
         assert all(outcome.strategy_answer(qid, "strong", s)[0] in (pred, None) for s in Strategy)
 
 
+def test_fresh_samples_keep_accuracy_and_voting_gains_a_little(outcome):
+    """Re-sampling diversity (assumptions SAMPLE_*): slot 0 is the recorded answer; slots >= 1
+    keep the model's accuracy, agree with a correct recorded answer ~85 % of the time, and a
+    3-sample plurality vote gains a few points on the 70B stand-in, 5 samples a little more."""
+    from inframind_ray import assumptions as A
+
+    ids = [int(x) for x in split_items("val")[:3000]]
+    rec = np.array([outcome.recorded("strong", q)[1] for q in ids])
+    slot0 = np.array([outcome.sample("strong", q, 0)[1] for q in ids])
+    assert (slot0 == rec).all()
+    votes = {k: [outcome.sample("strong", q, k)[0] for q in ids] for k in range(5)}
+    for k in (1, 2, 4):
+        ok = np.array([outcome.is_correct(q, x) for q, x in zip(ids, votes[k], strict=True)])
+        assert ok.mean() == pytest.approx(rec.mean(), abs=0.025)
+        assert ok[rec].mean() == pytest.approx(A.SAMPLE_KEEPS_CORRECT, abs=0.03)
+        assert ok[~rec].mean() > 0.1  # a fresh sample can fix a recorded wrong answer
+    assert votes[1] != votes[2]  # samples differ from one another, not only from slot 0
+
+    def vote_acc(n: int) -> float:
+        return float(np.mean([outcome.is_correct(q, plurality([votes[k][i] for k in range(n)]))
+                              for i, q in enumerate(ids)]))
+
+    gain3, gain5 = vote_acc(3) - rec.mean(), vote_acc(5) - rec.mean()
+    assert 0.005 < gain3 < 0.05 and gain3 <= gain5 < 0.07, (gain3, gain5)
+    # a solver in slot k answers from its own sample; the same slot always gives the same answer
+    a = outcome.respond(ids[0], "strong", Strategy.DEEPTHINK, NodeKind.SOLVER, sample=3)
+    assert a == outcome.respond(ids[0], "strong", Strategy.DEEPTHINK, NodeKind.SOLVER, sample=3)
+
+
 def test_aggregator_plurality():
     """Aggregator ties go to its own answer, else the earliest."""
     assert plurality(["A", "B", "B"]) == "B"

@@ -132,3 +132,31 @@ def test_extract_answer():
     assert extract_answer(" B ") == "B"
     assert extract_answer("I think so") is None
     assert extract_answer(format_answer(None)) is None
+
+
+def test_sample_index_counts_earlier_agents_of_the_same_model():
+    """Each call carries how many earlier agents (plan slots) of the query use its model: the
+    twin's outcome model gives the recorded answer to the first and fresh samples to the rest;
+    an agent keeps its index across debate rounds."""
+    seen: list[tuple[int, int, str, int]] = []
+    earlier: list[tuple[str, ...]] = []
+
+    class Recording(SleepBackend):
+        async def call(self, call: AgentCall) -> AgentResult:
+            seen.append((call.node.id, call.node.slot, call.model, call.sample))
+            return await super().call(call)
+
+    class Mixed(FixedPolicy):
+        def _decide(self, ctx):  # slots 0 and 2 on 'fast', slot 1 and the aggregator on 'slow'
+            model = "fast" if ctx.node.slot in (0, 2) else "slow"
+            earlier.append(ctx.earlier_models)
+            return StepDecision(model, ctx.allowed[-1])
+
+    q = QueryInfo("q", "question", budget_s=1e6, arrival_s=0.0)
+    run_simulated(run_query(q, Mixed(Plan.make(Topology.DEBATE, k=3, rounds=2)), Recording(),
+                            _state))
+    by_node = {n: (slot, model, sample) for n, slot, model, sample in seen}
+    assert [by_node[n] for n in range(3)] == [(0, "fast", 0), (1, "slow", 0), (2, "fast", 1)]
+    assert [by_node[n] for n in range(3, 6)] == [(0, "fast", 0), (1, "slow", 0), (2, "fast", 1)]
+    assert by_node[6] == (3, "slow", 1)  # the aggregator is the second 'slow' agent
+    assert earlier[0] == () and sorted(earlier[-1]) == ["fast"] * 4 + ["slow"] * 2

@@ -42,9 +42,8 @@ class _Recorder(Policy):
 
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
         plan = self.teacher.plan(query, state)
-        key = (plan.topology, plan.k)
-        if key in PLAN_ACTIONS:
-            self.plans[query.query_id] = (self.f.planner(query, state), PLAN_ACTIONS.index(key))
+        if plan in PLAN_ACTIONS:
+            self.plans[query.query_id] = (self.f.planner(query, state), PLAN_ACTIONS.index(plan))
         return plan
 
     def _decide(self, ctx: StepContext) -> StepDecision:

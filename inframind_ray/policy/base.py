@@ -145,6 +145,7 @@ class StepContext:
     state: SystemState
     upstream_models: tuple[str, ...] = ()
     upstream_tokens: int = 0
+    earlier_models: tuple[str, ...] = ()  # models of this query's agent calls decided before
 
     @property
     def remaining_budget_s(self) -> float:

@@ -2,6 +2,7 @@
 
 Names on the command line and in results: always-strongest, static-task, moa, random,
 round-robin, least-loaded, infra-heuristic, oracle; and the learned ``inframind`` policy.
+``infra-topology`` (the warm-start teacher) is registered too but is not a default bench baseline.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Callable
 import numpy as np
 
 from inframind_ray.policy.base import (
+    ModelInfo,
+    ModelLoad,
     Policy,
     PoolInfo,
     QueryInfo,
@@ -167,6 +170,45 @@ class InfraHeuristic(Policy):
         return best or fastest
 
 
+def free_slots(info: ModelInfo, load: ModelLoad) -> int:
+    """Sequence slots of a model not running or promised to waiting requests."""
+    return info.max_num_seqs * max(1, load.replicas) - load.running - load.waiting
+
+
+class InfraTopology(InfraHeuristic):
+    """The infra-aware heuristic with a capacity-aware planner: a voting ensemble of three (three
+    solvers, then an aggregator) while the strongest model has no queue and ``VOTE_FREE_SLOTS``
+    free slots, one agent otherwise. Each extra voter goes to the most accurate model that has a
+    free slot and fits its share of the budget, so the ensemble spreads over weaker models when
+    the strongest one fills up. The warm-start teacher of the shipped policy."""
+
+    name = "infra-topology"
+    VOTE = Plan.make(Topology.DEBATE, 3, rounds=1)
+    VOTE_FREE_SLOTS = 2  # the first voter and the aggregator
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        m = self.pool[self.pool.strongest]
+        load = state.models[m.name]
+        if load.available and load.waiting == 0 and free_slots(m, load) >= self.VOTE_FREE_SLOTS:
+            return self.VOTE
+        return IO_PLAN
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        if ctx.node.kind is not NodeKind.SOLVER or ctx.node.slot == 0:
+            return super()._decide(ctx)
+        per_step = ctx.remaining_budget_s / max(1, ctx.remaining_depth) * SAFETY
+        s = Strategy.DEEPTHINK
+        best, best_acc = None, -1.0
+        for m in candidates(self.pool, ctx):
+            load = ctx.state.models[m.name]
+            acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
+            if (free_slots(m, load) >= 1 and acc > best_acc and s in ctx.allowed
+                    and predict_latency(m, load, ctx.prompt_tokens(s), m.expected_tokens[s])
+                    <= per_step):
+                best, best_acc = m.name, acc
+        return StepDecision(best, s) if best else super()._decide(ctx)
+
+
 class Oracle(Policy):
     """Upper reference: knows the recorded outcome of every (item, model, strategy) and the true
     queue state; picks the fastest choice that answers correctly. Not a competitor."""
@@ -198,7 +240,7 @@ class Oracle(Policy):
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (LearnedPolicy, AlwaysStrongest, StaticTask, MoA, RandomPolicy, RoundRobin,
-                LeastLoaded, InfraHeuristic, Oracle)
+                LeastLoaded, InfraHeuristic, InfraTopology, Oracle)
 }
 
 

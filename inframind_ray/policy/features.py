@@ -11,6 +11,7 @@ from inframind_ray.workflow.prompts import Strategy
 from inframind_ray.workflow.topology import (
     AGGREGATOR_ROLE,
     DEFAULT_ROLES,
+    MAX_AGENTS,
     NodeKind,
     Plan,
     Topology,
@@ -21,13 +22,15 @@ STRATEGIES = tuple(Strategy)
 ROLES = (*DEFAULT_ROLES, AGGREGATOR_ROLE)
 KINDS = tuple(NodeKind)
 TOPOLOGIES = tuple(Topology)
-# The planner's discrete choices: (topology, K)
-PLAN_ACTIONS: tuple[tuple[Topology, int], ...] = (
-    (Topology.IO, 1), (Topology.COT, 1),
-    (Topology.CHAIN, 2), (Topology.CHAIN, 3), (Topology.CHAIN, 4),
-    (Topology.DEBATE, 2), (Topology.DEBATE, 3), (Topology.DEBATE, 4),
-    (Topology.REFLECTION, 2),
-    (Topology.FULLCONNECTED, 2), (Topology.FULLCONNECTED, 3), (Topology.FULLCONNECTED, 4),
+# The planner's discrete choices. Debates with one round are voting ensembles (K independent
+# solvers, then an aggregator): the cheapest way to spend spare capacity on accuracy.
+PLAN_ACTIONS: tuple[Plan, ...] = (
+    Plan.make(Topology.IO), Plan.make(Topology.COT),
+    *(Plan.make(Topology.CHAIN, k) for k in (2, 3, 4)),
+    *(Plan.make(Topology.DEBATE, k) for k in (2, 3, 4)),
+    *(Plan.make(Topology.DEBATE, k, rounds=1) for k in (2, 3, 5)),
+    Plan.make(Topology.REFLECTION),
+    *(Plan.make(Topology.FULLCONNECTED, k) for k in (2, 3, 4)),
 )
 PER_MODEL = 6  # waiting, running, kv_usage, e2e, age, available
 STALE_MASK_S = 10.0  # executor masks models whose metrics are older than this
@@ -35,8 +38,7 @@ STALE_MASK_S = 10.0  # executor masks models whose metrics are older than this
 
 def plan_of(action: int) -> Plan:
     """The plan of a planner action index."""
-    topo, k = PLAN_ACTIONS[action]
-    return Plan.make(topo, k=k)
+    return PLAN_ACTIONS[action]
 
 
 class FeatureBuilder:
@@ -47,7 +49,7 @@ class FeatureBuilder:
         self.m = len(pool.models)
         self.z_dim = 2 + PER_MODEL * self.m
         self.sem_dim = EMB_DIM + len(ROLES) + len(KINDS) + len(TOPOLOGIES)
-        self.res_dim = 3 + PER_MODEL * self.m + self.m * len(STRATEGIES)
+        self.res_dim = 3 + PER_MODEL * self.m + self.m * len(STRATEGIES) + self.m
         self.n_plan = len(PLAN_ACTIONS)
         self.n_exec = self.m * len(STRATEGIES)
 
@@ -90,9 +92,10 @@ class FeatureBuilder:
                 mask.append(float(ok and s in ctx.allowed))
         if not any(mask):  # nothing reported yet: allow every model, keep the strategy mask
             mask = [float(s in ctx.allowed) for _ in self.pool.models for s in STRATEGIES]
+        earlier = [ctx.earlier_models.count(info.name) / MAX_AGENTS for info in self.pool.models]
         res = np.concatenate([[ctx.remaining_budget_s / 100.0, ctx.remaining_depth / 5.0,
                                min(per_step / 100.0, 10.0)], self._models(ctx.state),
-                              prices]).astype(np.float32)
+                              prices, earlier]).astype(np.float32)
         return {"sem": np.concatenate([self._emb(ctx.query), sem]).astype(np.float32),
                 "res": res, "mask": np.asarray(mask, np.float32)}
 

@@ -64,6 +64,7 @@ class ServeBackend:
             upstream_answers=tuple(u.answer for u in ups),
             prompt_tokens_hint=prompt_tokens(call.query, call.strategy, up_tokens),
             upstream_tokens=up_tokens,
+            sample=call.sample,
         )
         with self.tracer.start_as_current_span("agent_call", attributes={
                 "query_id": call.query.query_id, "node": call.node.id, "role": call.node.role,

@@ -63,6 +63,11 @@ class OutcomeModel:
         self.prompt_tokens = (np.ceil(words * A.TOKENS_PER_WORD).astype(int)
                               + A.PROMPT_OVERHEAD_TOKENS)
         self._rec = {m: rec[r] for m, r in recorded_of.items()}
+        train_acc = {m: float(r["correct"][self.splits == "train"].mean())
+                     for m, r in self._rec.items()}
+        keep = A.SAMPLE_KEEPS_CORRECT
+        self._p_fix = {m: min(1.0, a * (1.0 - keep) / max(1e-9, 1.0 - a))
+                       for m, a in train_acc.items()}
         self.fewshot_tokens = self._fewshot_tokens(rec, words)
         self._full = {
             m: np.maximum(8, np.ceil(r["gen_words"] * A.TOKENS_PER_WORD)).astype(int)
@@ -114,6 +119,23 @@ class OutcomeModel:
         """Grade a letter against the item's answer."""
         return letter is not None and letter == self.answers[self.index(item_id)]
 
+    def sample(self, model: str, item_id: int, k: int = 0) -> tuple[str | None, bool, int]:
+        """The ``k``-th agent of a model in one query: k = 0 gives the recorded answer, k >= 1 a
+        fresh sample (assumptions ``SAMPLE_KEEPS_CORRECT``, ``SAMPLE_REPEATS_WRONG``)."""
+        pred, correct, full = self.recorded(model, item_id)
+        if k == 0:
+            return pred, correct, full
+        u = _u(self.seed, item_id, model, k, "sample")
+        if u < (A.SAMPLE_KEEPS_CORRECT if correct else self._p_fix[model]):
+            return self.answers[self.index(item_id)], True, full
+        if not correct and _u(self.seed, item_id, model, k, "repeat") < A.SAMPLE_REPEATS_WRONG:
+            return pred, False, full
+        truth = self.answers[self.index(item_id)]
+        wrong = [x for x in LETTERS[:int(self.n_options[self.index(item_id)])] if x != truth]
+        if not wrong:
+            return truth, True, full
+        return wrong[int(_u(self.seed, item_id, model, k, "letter") * len(wrong))], False, full
+
     def train_accuracy(self, model: str) -> tuple[float, dict[str, float]]:
         """Overall and per-category accuracy of the recorded answers on the TRAIN split."""
         train = self.splits == "train"
@@ -131,20 +153,23 @@ class OutcomeModel:
 
     # ------------------------------------------------------------------ answers
     def strategy_answer(
-        self, item_id: int, model: str, strategy: Strategy
+        self, item_id: int, model: str, strategy: Strategy, sample: int = 0
     ) -> tuple[str | None, int]:
-        """A lone agent's (letter, output tokens) under a strategy."""
-        pred, correct, full = self.recorded(model, item_id)
+        """A lone agent's (letter, output tokens) under a strategy; ``sample`` counts the earlier
+        agents of the same model in the query (see :meth:`sample`)."""
+        pred, correct, full = self.sample(model, item_id, sample)
         tokens = int(self._tokens(full, strategy))
-        keep = _u(self.seed, item_id, model, strategy.value, "keep")
+        # sample 0 keeps the keys it always had, so single-agent outcomes are unchanged
+        tag = (model, strategy.value) if sample == 0 else (model, strategy.value, sample)
+        keep = _u(self.seed, item_id, *tag, "keep")
         if strategy is Strategy.DEEPTHINK or not correct or keep < A.STRATEGY_RETENTION[strategy]:
             letter = pred  # recorded answer (a wrong one stays wrong under every strategy)
         else:
             n = int(self.n_options[self.index(item_id)])
             wrong = [x for x in LETTERS[:n] if x != pred]
             # a one-option item (five in the train split) has no wrong option to pick
-            letter = wrong[int(_u(self.seed, item_id, model, strategy.value, "wrong")
-                               * len(wrong))] if wrong else pred
+            letter = wrong[int(_u(self.seed, item_id, *tag, "wrong") * len(wrong))] if wrong \
+                else pred
         if tokens > self.max_tokens[model][strategy]:
             return None, self.max_tokens[model][strategy]  # truncated: no answer
         return letter, tokens
@@ -157,11 +182,12 @@ class OutcomeModel:
         kind: NodeKind,
         upstream: Sequence[str | None],
         max_tokens: int,
+        sample: int = 0,
     ) -> tuple[str, int]:
         """(response text, output tokens) of one agent call, cut at ``max_tokens`` (a truncated
         answer says nothing). Free text (no item) gets a line saying it is simulated."""
         if item_id is not None:
-            letter, tokens = self.respond(item_id, model, strategy, kind, upstream)
+            letter, tokens = self.respond(item_id, model, strategy, kind, upstream, sample)
             text = format_answer(letter)
         else:
             tokens, text = round(self.expected_tokens[model][strategy]), SIMULATED_TEXT
@@ -181,9 +207,11 @@ class OutcomeModel:
         strategy: Strategy,
         kind: NodeKind,
         upstream: Sequence[str | None] = (),
+        sample: int = 0,
     ) -> tuple[str | None, int]:
-        """(letter, output tokens) of one agent node given its upstream answers."""
-        own, tokens = self.strategy_answer(item_id, model, strategy)
+        """(letter, output tokens) of one agent node given its upstream answers; ``sample`` counts
+        the earlier agents of the same model (an agent keeps its sample across debate rounds)."""
+        own, tokens = self.strategy_answer(item_id, model, strategy, sample)
         ups = [u for u in upstream if u]
         if kind is NodeKind.SOLVER or not ups:
             return own, tokens
@@ -194,7 +222,9 @@ class OutcomeModel:
         if own == peer:
             return own, tokens
         truth = self.answers[self.index(item_id)]
-        key = (self.seed, item_id, model, strategy.value, tuple(ups))
+        key: tuple = (self.seed, item_id, model, strategy.value, tuple(ups))
+        if sample:
+            key += (sample,)
         if own != truth and peer == truth and _u(*key, "adopt") < A.P_ADOPT_CORRECT:
             return peer, tokens
         if own == truth and peer != truth and _u(*key, "switch") < A.P_SWITCH_TO_WRONG:

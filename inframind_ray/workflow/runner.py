@@ -30,6 +30,7 @@ class AgentCall:
     upstream: tuple[AgentResult, ...]
     max_tokens: int
     deadline: float
+    sample: int = 0  # earlier agents (plan slots) of the same model in this query
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ async def run_query(
     plan = policy.plan(query, state_fn())
     graph = build_graph(plan)
     tasks: dict[int, asyncio.Task[AgentResult]] = {}
+    slots_of: dict[str, list[int]] = {}  # model -> plan slots using it, in decision order
+    chosen: list[str] = []  # models of the calls decided so far
 
     async def run_node(node: AgentNode) -> AgentResult:
         ups = tuple([await tasks[d] for d in node.deps])
@@ -113,8 +116,13 @@ async def run_query(
             state=state_fn(),
             upstream_models=tuple(u.model for u in ups),
             upstream_tokens=sum(u.output_tokens for u in ups if u.status == "ok"),
+            earlier_models=tuple(chosen),
         )
         d = policy.decide(ctx)
+        chosen.append(d.model)
+        slots = slots_of.setdefault(d.model, [])
+        if node.slot not in slots:
+            slots.append(node.slot)
         texts = [u.text for u in ups if u.status == "ok" and u.text]
         call = AgentCall(
             query=query,
@@ -125,6 +133,7 @@ async def run_query(
             upstream=ups,
             max_tokens=policy.pool[d.model].max_tokens[d.strategy],
             deadline=query.deadline,
+            sample=slots.index(node.slot),
         )
         remaining = query.deadline - now
         if abort_on_deadline and remaining <= 0:

@@ -16,8 +16,9 @@ class GenerateRequest:
     """One generation request sent to a model replica.
 
     The twin engine also reads the benchmark hints (``item_id``, ``strategy``, ``kind``,
-    ``upstream_answers``, ``prompt_tokens_hint``) to replay recorded answers; real engines ignore
-    them and generate from ``prompt``.
+    ``upstream_answers``, ``prompt_tokens_hint``, and ``sample``: how many earlier agents of the
+    query use the same model) to replay recorded answers; real engines ignore them and generate
+    from ``prompt``.
     """
 
     request_id: str
@@ -30,6 +31,7 @@ class GenerateRequest:
     upstream_answers: tuple[str | None, ...] = ()
     prompt_tokens_hint: int | None = None
     upstream_tokens: int = 0
+    sample: int = 0
 
 
 @dataclass(frozen=True)

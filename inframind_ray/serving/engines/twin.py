@@ -37,7 +37,8 @@ class WallClockTwinEngine(Engine):
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         text, tokens = self.outcome.reply(req.item_id, self.name, Strategy(req.strategy),
-                                          NodeKind(req.kind), req.upstream_answers, req.max_tokens)
+                                          NodeKind(req.kind), req.upstream_answers, req.max_tokens,
+                                          req.sample)
         prompt = req.prompt_tokens_hint or math.ceil(len(req.prompt.split()) * TOKENS_PER_WORD)
         deadline = t0 + (req.deadline - time.time())
         ereq = EngineRequest(req.request_id, prompt, max(1, tokens), deadline=deadline)
