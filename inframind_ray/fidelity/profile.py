@@ -47,9 +47,16 @@ class GridSpec:
     outputs: tuple[int, ...] = (16, 64, 256)
     repeats: int = 2
 
-    def cells(self) -> list[tuple[int, int, int, int]]:
-        return [(b, p, o, r) for r in range(self.repeats) for b in self.batches
-                for p in self.prompts for o in self.outputs]
+    def cells(self, seed: int | None = 0) -> list[tuple[int, int, int, int]]:
+        """(batch, prompt, output, repeat) per cell, in a seeded random order (None: nested
+        order). A CPU host's speed drifts over minutes; in nested order a slow spell lands on
+        one batch size and biases ``c_decode``, in random order it spreads over the grid."""
+        cells = [(b, p, o, r) for r in range(self.repeats) for b in self.batches
+                 for p in self.prompts for o in self.outputs]
+        if seed is not None:
+            order = np.random.default_rng(seed).permutation(len(cells))
+            cells = [cells[i] for i in order]
+        return cells
 
 
 @dataclass(frozen=True)
