@@ -233,16 +233,21 @@ def test_speed_anchor_scales_the_twin() -> None:
     from inframind_ray.fidelity import validate as V
 
     fp = P.FittedProfile(IterationProfile(3e-3, 2e-5, 1e-4, 3e-7), 5e-3, {})
-    lone = {s: V.twin_lone_latency(fp, *s) for s in V.PROBE_SHAPES}
-    # the simulated lone request agrees with the analytic formula (prefill fits one chunk)
+    lone = {s: P.predict_lone(fp, *s)[1] for s in V.PROBE_SHAPES}
+
+    async def simulated(p: int, o: int) -> float:
+        eng = TwinEngine("t", fp.profile, max_num_seqs=1, kv_capacity_tokens=100_000)
+        return (await eng.generate(EngineRequest("r", p, o))).finished_at + 5e-3
+
+    # the probes' predicted latency is the twin engine's lone-request latency
     for (p, o), t in lone.items():
-        assert t == pytest.approx(fp.profile.request_latency(p, o) + 5e-3, rel=1e-6)
+        assert t == pytest.approx(run_simulated(simulated(p, o))[0], rel=1e-6)
     slow = [dict(prompt_tokens=p, output_tokens=o, e2e_s=1.3 * t) for (p, o), t in lone.items()]
     assert V.probe_speed(slow, fp) == pytest.approx(1.3)
     assert V.probe_speed([], fp) is None
     fast = V.anchored(fp, 1.3)
     for (p, o), t in lone.items():
-        assert V.twin_lone_latency(fast, p, o) == pytest.approx(1.3 * t)
+        assert P.predict_lone(fast, p, o)[1] == pytest.approx(1.3 * t)
     fastish = [dict(r, e2e_s=r["e2e_s"] / 1.3 * 1.1) for r in slow]
     case = V.make_cases((60.0,), 4)[0]
     case.probe_before, case.probe_after = slow, fastish

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from inframind_ray.engine.request import EngineRequest
-from inframind_ray.fidelity.profile import FittedProfile
+from inframind_ray.fidelity.profile import FittedProfile, predict_lone
 from inframind_ray.fidelity.real import FAR_FUTURE_S, EngineInfo
 from inframind_ray.serving.engines.base import Engine, GenerateRequest
 from inframind_ray.twin.engine import TwinEngine
@@ -163,23 +163,11 @@ def anchored(fp: FittedProfile, speed: float) -> FittedProfile:
                          fp.request_overhead_s * speed, fp.fit)
 
 
-def twin_lone_latency(fp: FittedProfile, prompt_tokens: int, output_tokens: int) -> float:
-    """End-to-end latency of one request alone in the twin engine, front-end delay included."""
-
-    async def main() -> float:
-        eng = TwinEngine("probe", fp.profile, max_num_seqs=1, kv_capacity_tokens=1_000_000)
-        res = await eng.generate(EngineRequest("probe", prompt_tokens, max(1, output_tokens),
-                                               deadline=FAR_FUTURE_S))
-        return res.finished_at + fp.request_overhead_s
-
-    return run_simulated(main())[0]
-
-
 def probe_speed(rows: list[dict], fp: FittedProfile) -> float | None:
     """Real/twin ratio of the probes' summed latencies (None without probes)."""
     if not rows:
         return None
-    twin = sum(twin_lone_latency(fp, r["prompt_tokens"], r["output_tokens"]) for r in rows)
+    twin = sum(predict_lone(fp, r["prompt_tokens"], r["output_tokens"])[1] for r in rows)
     return sum(r["e2e_s"] for r in rows) / twin
 
 

@@ -13,8 +13,6 @@ from collections.abc import Callable
 import numpy as np
 
 from inframind_ray.policy.base import (
-    ModelInfo,
-    ModelLoad,
     Policy,
     PoolInfo,
     QueryInfo,
@@ -22,7 +20,7 @@ from inframind_ray.policy.base import (
     StepDecision,
     SystemState,
 )
-from inframind_ray.policy.latency import predict_latency
+from inframind_ray.policy.latency import free_slots, predict_latency
 from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
 from inframind_ray.workflow.prompts import Strategy
 from inframind_ray.workflow.topology import NodeKind, Plan, Topology
@@ -168,11 +166,6 @@ class InfraHeuristic(Policy):
                     if best_key is None or key > best_key:
                         best, best_key = StepDecision(m.name, s), key
         return best or fastest
-
-
-def free_slots(info: ModelInfo, load: ModelLoad) -> int:
-    """Sequence slots of a model not running or promised to waiting requests."""
-    return info.max_num_seqs * max(1, load.replicas) - load.running - load.waiting
 
 
 class InfraTopology(InfraHeuristic):

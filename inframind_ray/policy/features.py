@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from inframind_ray.policy.base import PoolInfo, QueryInfo, StepContext, SystemState
-from inframind_ray.policy.latency import predict_latency
+from inframind_ray.policy.latency import predict_latency, slots
 from inframind_ray.workflow.prompts import Strategy
 from inframind_ray.workflow.topology import (
     AGGREGATOR_ROLE,
@@ -57,8 +57,8 @@ class FeatureBuilder:
         out = []
         for info in self.pool.models:
             ld = state.models[info.name]
-            slots = info.max_num_seqs * max(1, ld.replicas)
-            out += [ld.waiting / slots, ld.running / slots, ld.kv_usage,
+            n = slots(info, ld)
+            out += [ld.waiting / n, ld.running / n, ld.kv_usage,
                     min(ld.e2e_s / 10.0, 10.0), min(ld.age(state.now) / 5.0, 10.0),
                     float(ld.available)]
         return np.asarray(out, np.float32)

@@ -125,13 +125,14 @@ class OutcomeModel:
         pred, correct, full = self.recorded(model, item_id)
         if k == 0:
             return pred, correct, full
-        u = _u(self.seed, item_id, model, k, "sample")
-        if u < (A.SAMPLE_KEEPS_CORRECT if correct else self._p_fix[model]):
-            return self.answers[self.index(item_id)], True, full
+        i = self.index(item_id)
+        truth = self.answers[i]
+        if _u(self.seed, item_id, model, k, "sample") < (A.SAMPLE_KEEPS_CORRECT if correct
+                                                          else self._p_fix[model]):
+            return truth, True, full
         if not correct and _u(self.seed, item_id, model, k, "repeat") < A.SAMPLE_REPEATS_WRONG:
             return pred, False, full
-        truth = self.answers[self.index(item_id)]
-        wrong = [x for x in LETTERS[:int(self.n_options[self.index(item_id)])] if x != truth]
+        wrong = [x for x in LETTERS[:int(self.n_options[i])] if x != truth]
         if not wrong:
             return truth, True, full
         return wrong[int(_u(self.seed, item_id, model, k, "letter") * len(wrong))], False, full
