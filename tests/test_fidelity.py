@@ -254,3 +254,15 @@ def test_speed_anchor_scales_the_twin() -> None:
     V.anchor_case(case, fp)
     assert case.speed == pytest.approx((1.3 * 1.1) ** 0.5)
     assert (case.speed_before, case.speed_after) == pytest.approx((1.3, 1.1))
+
+
+def test_grid_cells_run_in_a_seeded_random_order() -> None:
+    """The profile grid is every (batch, prompt, output, repeat) once, shuffled with a fixed
+    seed, so host drift does not line up with one batch size."""
+    g = P.GridSpec((1, 2, 4), (16, 128), (8, 64), 2)
+    nested = g.cells(None)
+    shuffled = g.cells()
+    assert sorted(shuffled) == sorted(nested) and len(set(nested)) == 24
+    assert shuffled == g.cells() and shuffled != nested
+    first_half = {c[0] for c in shuffled[:8]}
+    assert len(first_half) > 1  # not one batch size after another
