@@ -108,5 +108,6 @@ BUDGET_RANGE_S = (20.0, 90.0)
 multi-agent plan fits at low load, tight enough that queueing under congestion breaks it."""
 
 METRICS_FRESH_IN_TWIN = True
-"""In the twin, policies read engine metrics at the instant of the decision (age 0). The serving
+"""In the twin, policies read engine metrics at the instant of the decision (age 0), unless
+``inframind bench --metrics-period S`` serves snapshots refreshed every S seconds. The serving
 plane pushes snapshots every 250 ms and marks old ones stale."""

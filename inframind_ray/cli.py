@@ -52,6 +52,9 @@ def bench(
     jobs: Annotated[int, typer.Option(help="parallel processes (0 = all cores)")] = 0,
     checkpoint: Annotated[Path | None, typer.Option(
         help="learned-policy checkpoint for 'inframind' (default: the shipped policy)")] = None,
+    metrics_period: Annotated[float, typer.Option(
+        help="policies read load snapshots refreshed every this many simulated seconds, as "
+             "served (0 = fresh at every decision)")] = 0.0,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/bench"),
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
@@ -83,6 +86,8 @@ def bench(
         raise ConfigError("budget", f"expected MIN,MAX, got {budget!r}")
     if scheduling not in ("pool", "edf", "fcfs"):
         raise ConfigError("scheduling", f"must be pool, edf or fcfs, got {scheduling!r}")
+    if not metrics_period >= 0:
+        raise ConfigError("metrics-period", f"must be >= 0 seconds, got {metrics_period:g}")
     cfg = load_pool(pool)
     if "inframind" in pols:  # fail here, in one line, not inside a worker
         from inframind_ray.bench.runner import outcome_for
@@ -93,7 +98,7 @@ def bench(
                            build_pool_info(cfg, outcome_for(cfg, seed)))
     spec = SweepSpec(cfg, str(pool), pols, rate_vals, queries, arrivals, split,
                      (lohi[0], lohi[1]), seed, None if scheduling == "pool" else scheduling,
-                     str(checkpoint) if checkpoint else None)
+                     str(checkpoint) if checkpoint else None, metrics_period)
     results, wall = run_sweep(spec, jobs or None, progress)
     doc = write_outputs(out, spec, results, wall)
     console.print(table(doc))

@@ -121,3 +121,33 @@ def test_infra_topology_voters_spread_to_free_models(pool):
             others = [m for m in info.models if m.name != "llama-3.1-70b"]
             best = max(others, key=lambda m: m.accuracy_by_category.get("math", m.accuracy))
             assert d.model == best.name
+
+
+def test_metrics_view_serves_snapshots_of_the_period(pool):
+    """`bench --metrics-period`: policies read a load snapshot refreshed every period (as the
+    serving plane pushes them), with its age growing in between; period 0 reads fresh."""
+    import asyncio
+
+    from inframind_ray.engine.request import EngineRequest
+    from inframind_ray.twin.pool import MetricsView, build_engines
+    from inframind_ray.twin.simloop import run_simulated
+
+    m = "llama-3.1-70b"
+
+    async def main():
+        engines = build_engines(pool)
+        stale, fresh = MetricsView(engines, 1.0), MetricsView(engines)
+        before = stale()
+        task = asyncio.ensure_future(engines[m].pick().generate(EngineRequest("r", 100, 500)))
+        await asyncio.sleep(0.5)
+        mid_stale, mid_fresh = stale(), fresh()
+        await asyncio.sleep(0.6)
+        after = stale()
+        task.cancel()
+        return before, mid_stale, mid_fresh, after
+
+    (before, mid_stale, mid_fresh, after), _ = run_simulated(main())
+    assert before.models[m].running == 0 and mid_stale.models[m].running == 0
+    assert mid_stale.models[m].age(mid_stale.now) == pytest.approx(0.5)
+    assert mid_fresh.models[m].running == 1 and after.models[m].running == 1
+    assert after.models[m].age(after.now) == pytest.approx(0.0)

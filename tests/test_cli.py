@@ -48,6 +48,7 @@ GOOD_MODEL = """
         (["--pool", "no-such-pool"], "pool"),
         (["--budget", "30"], "budget"),
         (["--engine", "gpu"], "engine"),
+        (["--metrics-period", "-1"], "metrics-period"),
         (["--policies", "inframind", "--checkpoint", "/nonexistent"], "checkpoint"),
     ],
 )

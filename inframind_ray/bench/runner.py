@@ -11,11 +11,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from inframind_ray.config import PoolConfig
-from inframind_ray.policy.base import QueryInfo, SystemState
+from inframind_ray.policy.base import QueryInfo
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import build_engines, build_pool_info, pool_state
+from inframind_ray.twin.pool import MetricsView, build_engines, build_pool_info
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import WorkloadSpec, make_queries
 from inframind_ray.workflow.runner import AgentResult, QueryResult, run_query
@@ -34,6 +34,7 @@ class CellSpec:
     workload: WorkloadSpec
     scheduling: str | None = None
     checkpoint: str | None = None  # of the learned policy (default: the shipped one)
+    metrics_period_s: float = 0.0  # policies see load snapshots this old at most (0: fresh)
 
 
 @dataclass
@@ -80,9 +81,7 @@ def run_cell(spec: CellSpec) -> CellResult:
         engines = build_engines(spec.pool, spec.scheduling)
         backend = TwinBackend(engines, outcome)
 
-        def state() -> SystemState:
-            return pool_state(engines)
-
+        state = MetricsView(engines, spec.metrics_period_s)
         done = asyncio.Event()
 
         async def sample_queues() -> None:

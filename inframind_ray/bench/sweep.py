@@ -31,6 +31,7 @@ class SweepSpec:
     seed: int = 0
     scheduling: str | None = None
     checkpoint: str | None = None
+    metrics_period_s: float = 0.0
 
     def cells(self) -> list[CellSpec]:
         """One cell per (policy, rate), rates outermost so slow cells start early."""
@@ -42,6 +43,7 @@ class SweepSpec:
                              self.seed),
                 self.scheduling,
                 self.checkpoint,
+                self.metrics_period_s,
             )
             for r in sorted(self.rates, reverse=True)
             for p in self.policies

@@ -111,6 +111,22 @@ def pool_state(engines: dict[str, ModelReplicas]) -> SystemState:
                        {m: r.load() for m, r in engines.items()})
 
 
+class MetricsView:
+    """The pool's load as policies read it: fresh at every read (``period_s`` 0, the default,
+    assumption ``METRICS_FRESH_IN_TWIN``), or a snapshot refreshed every ``period_s`` simulated
+    seconds, as the serving plane's metrics push delivers it (ages grow between refreshes)."""
+
+    def __init__(self, engines: dict[str, ModelReplicas], period_s: float = 0.0) -> None:
+        self.engines, self.period_s = engines, period_s
+        self._snap: SystemState | None = None
+
+    def __call__(self) -> SystemState:
+        now = asyncio.get_running_loop().time()
+        if self._snap is None or now - self._snap.now >= self.period_s:
+            self._snap = pool_state(self.engines)
+        return SystemState(now, self._snap.models)
+
+
 def build_engines(cfg: PoolConfig, scheduling: str | None = None) -> dict[str, ModelReplicas]:
     """One TwinEngine per replica (``scheduling`` overrides the pool's)."""
     policy = scheduling or cfg.engine.scheduling
