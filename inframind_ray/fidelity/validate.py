@@ -260,6 +260,21 @@ def _throughput(rows: list[dict]) -> float:
     return 60.0 * len(fin) / span
 
 
+def _r5(x: float) -> float:
+    return round(float(x), 5)
+
+
+def _error_fields(rt: np.ndarray, tt: np.ndarray, re: np.ndarray, te: np.ndarray,
+                  prefix: str = "") -> dict:
+    """Median and p90 of the per-request TTFT and E2E errors |twin - real| / real."""
+    out = {}
+    for name, real, twin in (("ttft", rt, tt), ("e2e", re, te)):
+        err = np.abs(twin - real) / real
+        out[f"{prefix}{name}_median_rel_err"] = _r5(np.median(err))
+        out[f"{prefix}{name}_p90_rel_err"] = _r5(np.quantile(err, 0.9))
+    return out
+
+
 def compare(case: Case) -> dict:
     """One validate.json row: the anchored twin's errors, and the fixed profile's beside them
     when the case was anchored."""
@@ -267,47 +282,32 @@ def compare(case: Case) -> dict:
 
     real, twin = case.real, case.twin
     ok, rt, tt, re, te = _rel_errors(real, twin)
-    ettft, ee2e = np.abs(tt - rt) / rt, np.abs(te - re) / re
-
     end = max(max(r["finish_s"] for r in real), max(t["finish_s"] for t in twin))
     grid = np.arange(0.0, end, 0.01)
     dr, dt = _depth(real, grid), _depth(twin, grid)
     tau = kendalltau([real[k]["finish_s"] for k in ok], [twin[k]["finish_s"] for k in ok])[0]
-
-    def r5(x: float) -> float:
-        return round(float(x), 5)
-
+    fixed = {}
+    if case.twin_fixed:
+        fixed = _error_fields(*_rel_errors(real, case.twin_fixed)[1:], prefix="fixed_")
+        fixed["fixed_throughput_twin"] = _r5(_throughput(case.twin_fixed))
     return dict(
         case=case.name, rate_per_min=case.rate_per_min,
-        ttft_median_rel_err=r5(np.median(ettft)), ttft_p90_rel_err=r5(np.quantile(ettft, 0.9)),
-        e2e_median_rel_err=r5(np.median(ee2e)), e2e_p90_rel_err=r5(np.quantile(ee2e, 0.9)),
-        throughput_real=r5(_throughput(real)), throughput_twin=r5(_throughput(twin)),
+        **_error_fields(rt, tt, re, te),
+        throughput_real=_r5(_throughput(real)), throughput_twin=_r5(_throughput(twin)),
         n_requests=len(real), n_compared=len(ok),
-        ttft_median_real_s=r5(np.median(rt)), ttft_median_twin_s=r5(np.median(tt)),
-        e2e_median_real_s=r5(np.median(re)), e2e_median_twin_s=r5(np.median(te)),
-        queue_depth_mean_real=r5(dr.mean()), queue_depth_mean_twin=r5(dt.mean()),
-        queue_depth_mae=r5(np.abs(dr - dt).mean()),
-        finish_order_kendall_tau=r5(tau),
+        ttft_median_real_s=_r5(np.median(rt)), ttft_median_twin_s=_r5(np.median(tt)),
+        e2e_median_real_s=_r5(np.median(re)), e2e_median_twin_s=_r5(np.median(te)),
+        queue_depth_mean_real=_r5(dr.mean()), queue_depth_mean_twin=_r5(dt.mean()),
+        queue_depth_mae=_r5(np.abs(dr - dt).mean()),
+        finish_order_kendall_tau=_r5(tau),
         preemptions_real=int(sum(r["preemptions"] for r in real)),
         preemptions_twin=int(sum(t["preemptions"] for t in twin)),
         engine=case.engine,
-        speed_scale=r5(case.speed),
-        probe_speed_before=None if case.speed_before is None else r5(case.speed_before),
-        probe_speed_after=None if case.speed_after is None else r5(case.speed_after),
-        **_fixed_errors(case, r5),
+        speed_scale=_r5(case.speed),
+        probe_speed_before=None if case.speed_before is None else _r5(case.speed_before),
+        probe_speed_after=None if case.speed_after is None else _r5(case.speed_after),
+        **fixed,
     )
-
-
-def _fixed_errors(case: Case, r5: Callable[[float], float]) -> dict:
-    if not case.twin_fixed:
-        return {}
-    _, rt, tt, re, te = _rel_errors(case.real, case.twin_fixed)
-    ettft, ee2e = np.abs(tt - rt) / rt, np.abs(te - re) / re
-    return dict(fixed_ttft_median_rel_err=r5(np.median(ettft)),
-                fixed_ttft_p90_rel_err=r5(np.quantile(ettft, 0.9)),
-                fixed_e2e_median_rel_err=r5(np.median(ee2e)),
-                fixed_e2e_p90_rel_err=r5(np.quantile(ee2e, 0.9)),
-                fixed_throughput_twin=r5(_throughput(case.twin_fixed)))
 
 
 def plot(cases: list[Case], path_cdf: str, path_depth: str) -> None:
