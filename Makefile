@@ -35,7 +35,7 @@ bench: install  ## the twin sweep recorded in docs/twin.md and docs/learning.md
 policy: install  ## retrain the shipped default policy (docs/learning.md), about 20 min on 2 cores
 	$(BIN)/inframind train -c rllib_configs/default.yaml --out runs/train-default
 	rm -rf inframind_ray/data/policy && cp -r runs/train-default/policy inframind_ray/data/policy
-	mkdir -p docs/learning && cp runs/train-default/metrics.jsonl runs/train-default/summary.json runs/train-default/training.png docs/learning/
+	mkdir -p docs/learning && cp runs/train-default/metrics.jsonl runs/train-default/summary.json runs/train-default/training.png runs/train-default/config.yaml docs/learning/
 
 TELEMETRY := --queries 1000 --policies inframind,infra-heuristic,least-loaded,random --no-progress
 predictors: install  ## latency/length predictors fitted on twin telemetry (docs/learning.md)

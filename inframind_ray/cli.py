@@ -55,6 +55,9 @@ def bench(
     metrics_period: Annotated[float, typer.Option(
         help="policies read load snapshots refreshed every this many simulated seconds, as "
              "served (0 = fresh at every decision)")] = 0.0,
+    pool_history: Annotated[bool, typer.Option(
+        help="start every model with the latency EWMAs of a past load, as a served pool that "
+             "has run before (default: a fresh pool, idle models report zero latency)")] = False,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/bench"),
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
@@ -98,7 +101,7 @@ def bench(
                            build_pool_info(cfg, outcome_for(cfg, seed)))
     spec = SweepSpec(cfg, str(pool), pols, rate_vals, queries, arrivals, split,
                      (lohi[0], lohi[1]), seed, None if scheduling == "pool" else scheduling,
-                     str(checkpoint) if checkpoint else None, metrics_period)
+                     str(checkpoint) if checkpoint else None, metrics_period, pool_history)
     results, wall = run_sweep(spec, jobs or None, progress)
     doc = write_outputs(out, spec, results, wall)
     console.print(table(doc))

@@ -92,6 +92,17 @@ def test_infra_topology_votes_when_idle_and_goes_single_under_congestion(pool):
     assert hi["goodput"] > 1.5 * _cell(pool, "always-strongest", 300, 600)["goodput"]
 
 
+def test_strongest_topology_sheds_depth_on_the_strongest_model(pool):
+    """The shipped policy's teacher: every call on the strongest model; under congestion it
+    sheds reasoning depth (mostly Flash at 300 req/min) and beats infra-topology, which moves
+    calls to weaker models (held-out test items)."""
+    hi_s, hi_t = (_cell(pool, p, 300, 600) for p in ("strongest-topology", "infra-topology"))
+    assert hi_s["model_mix"] == {"llama-3.1-70b": 1.0}
+    assert hi_s["strategy_mix"].get("flash", 0) > 0.4
+    assert hi_t["model_mix"]["llama-3.1-70b"] < 0.6
+    assert hi_s["goodput"] > hi_t["goodput"]
+
+
 def test_infra_topology_voters_spread_to_free_models(pool):
     """An extra voter goes to the strongest model while it has a free slot, else to the most
     accurate model that has one."""
@@ -151,3 +162,24 @@ def test_metrics_view_serves_snapshots_of_the_period(pool):
     assert mid_stale.models[m].age(mid_stale.now) == pytest.approx(0.5)
     assert mid_fresh.models[m].running == 1 and after.models[m].running == 1
     assert after.models[m].age(after.now) == pytest.approx(0.0)
+
+
+def test_pool_history_seeds_every_model_deterministically(pool):
+    """`bench --pool-history`: every model starts with a past load's latency EWMAs (the same
+    for the same seed), which its metrics report before any request arrives."""
+    from inframind_ray.twin.pool import build_engines, build_pool_info, pool_history
+
+    info = build_pool_info(pool, outcome_for(pool, 0))
+
+    def loads(seed):
+        engines = build_engines(pool)
+        if seed is not None:
+            pool_history(engines, info, seed)
+        return {m: r.load() for m, r in engines.items()}
+
+    fresh, a, b, c = loads(None), loads(5), loads(5), loads(6)
+    assert all(ld.e2e_s == 0 for ld in fresh.values())
+    for m, ld in a.items():
+        assert 0 < ld.ttft_s < ld.e2e_s and ld.tpot_s > 0 and ld.waiting == ld.running == 0
+        assert (ld.ttft_s, ld.e2e_s) == (b[m].ttft_s, b[m].e2e_s)
+    assert any(a[m].e2e_s != c[m].e2e_s for m in a)

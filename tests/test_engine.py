@@ -11,6 +11,7 @@ import pytest
 from inframind_ray.engine.profile import IterationProfile
 from inframind_ray.engine.request import EngineRequest, RequestStatus
 from inframind_ray.engine.request_queue import EDFQueue, FCFSQueue, create_request_queue
+from inframind_ray.policy.base import ModelLoad
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.simloop import run_simulated
 
@@ -193,3 +194,36 @@ def test_span_skipping_matches_iteration_level():
     fast, slow = run(TwinEngine), run(Stepwise)
     rel = [abs(a - b) / b for a, b in zip(fast, slow, strict=True)]
     assert sum(rel) / len(rel) < 0.01
+
+
+@pytest.mark.parametrize("policy", ["edf", "fcfs"])
+def test_snapshot_lists_the_edf_deadline_mix(policy):
+    """An EDF engine's snapshot lists its waiting requests' time to deadline, ascending, and a
+    policy counts the ones due before a new request; a FCFS engine lists none, so every waiting
+    request counts as ahead."""
+    engine = TwinEngine("e", PROFILE, max_num_seqs=1, kv_capacity_tokens=100_000,
+                        scheduling=policy)
+    snaps = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        jobs = [loop.create_task(engine.generate(EngineRequest(f"r{d}", 20, 50, deadline=d)))
+                for d in (500.0, 30.0, 60.0, 10.0)]
+        await asyncio.sleep(0.001)
+        snaps.append(engine.snapshot())
+        await asyncio.gather(*jobs)
+
+    run_simulated(main())
+    s = snaps[0]
+    load = ModelLoad.from_replicas("e", [s], s.timestamp)
+    assert s.running == 1 and s.waiting == 3
+    if policy == "fcfs":
+        assert s.waiting_slack_s == () and load.waiting_ahead(0.0, s.timestamp) == 3
+        return
+    # r500 arrived first and runs; the rest wait, listed earliest first
+    assert s.waiting_slack_s == pytest.approx([10 - s.timestamp, 30 - s.timestamp,
+                                               60 - s.timestamp])
+    assert [load.waiting_ahead(d - s.timestamp, s.timestamp) for d in (5, 10, 45, 100)] == [
+        0, 1, 2, 3]
+    # an older snapshot: the same absolute deadlines, read 5 s later
+    assert load.waiting_ahead(45 - s.timestamp - 5, s.timestamp + 5) == 2

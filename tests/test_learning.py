@@ -91,7 +91,8 @@ def test_lagrangian_reward_and_lambda_rises(hot_algo):
         for sa in ep.agent_episodes.values():
             info = sa.get_infos(-1)
             if "cost" in info:
-                want = info["quality"] - 3.0 * info["cost"] * info["weight"]
+                want = (info["quality"] - 3.0 * info["cost"] * info["weight"]
+                        - info.get("toll", 0.0))
                 assert sa.get_rewards(-1) == pytest.approx(want, abs=1e-5)
                 checked += 1
     assert checked > 0 and np.mean(piece.query_costs) > 0, "the hot env must violate"

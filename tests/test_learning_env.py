@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 
-from inframind_ray.learning.env import EnvConfig, TwinOrchestrationEnv
+from inframind_ray.learning.env import TOLL_CAP, EnvConfig, TwinOrchestrationEnv
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +85,55 @@ def test_config_is_validated():
     """Bad env config fails loudly with the field name."""
     with pytest.raises(ValueError, match="queries_per_episode"):
         EnvConfig.model_validate({"queries_per_episode": 0})
+
+
+def test_episodes_randomise_metric_age_and_pool_history():
+    """Per episode the env draws a metrics period and whether the pool has a history; with a
+    history, models start with past latencies that the policy's features show, and with a
+    period, snapshots age between refreshes."""
+    e = TwinOrchestrationEnv({"queries_per_episode": 5, "metrics_periods": [0.0, 2.0],
+                              "history_fraction": 0.5})
+    rng = np.random.default_rng(0)
+    eps = [e.sample_episode(rng) for _ in range(60)]
+    assert {ep.metrics_period_s for ep in eps} == {0.0, 2.0}
+    assert 10 < sum(ep.history_seed is not None for ep in eps) < 50
+    fresh = TwinOrchestrationEnv({"queries_per_episode": 5})
+    assert all(fresh.sample_episode(rng).history_seed is None for _ in range(20))
+
+    def first_planner_obs(history: bool) -> np.ndarray:
+        e.cfg = EnvConfig.model_validate({"queries_per_episode": 5,
+                                          "history_fraction": float(history)})
+        obs, _ = e.reset(seed=3)
+        return obs[e._pending]["z"]
+
+    per_model = 6  # waiting, running, kv, e2e, age, available
+    e2e = lambda z: z[2 + 3::per_model][:len(e.info.models)]  # noqa: E731
+    assert not e2e(first_planner_obs(False)).any()  # a fresh pool: nothing served yet
+    assert e2e(first_planner_obs(True)).any()
+    e.close()
+
+
+def test_congestion_toll():
+    """With a toll, a call dispatched to a model with no free slot pays toll x the seconds it
+    held a slot (capped), calls to a model with a free slot pay nothing, and the planner pays
+    its query's calls' tolls: reward = quality - lam * cost * w - toll."""
+    e = TwinOrchestrationEnv({"queries_per_episode": 150, "lam": 2.0, "congestion_toll": 0.04,
+                              "rate_range": [600, 600], "trace_fraction": 0.0})
+    try:
+        _, rewarded, infos = _play(e, seed=2)
+    finally:
+        e.close()
+    step_tolls: dict[str, float] = {}
+    for aid, r in rewarded.items():
+        i = infos[aid]
+        assert r == pytest.approx(i["quality"] - 2.0 * i["cost"] * i["weight"] - i["toll"])
+        assert 0.0 <= i["toll"] <= (TOLL_CAP if aid.startswith("step/") else 9 * TOLL_CAP)
+        if aid.startswith("step/"):
+            q = aid.split("/")[1]
+            step_tolls[q] = step_tolls.get(q, 0.0) + i["toll"]
+    tolled = [a for a in rewarded if a.startswith("step/") and infos[a]["toll"] > 0]
+    free = [a for a in rewarded if a.startswith("step/") and infos[a]["toll"] == 0]
+    assert tolled and free  # a random policy at 600 req/min saturates some models, not all
+    for aid in rewarded:
+        if aid.startswith("plan/") and aid.split("/")[1] in step_tolls:
+            assert infos[aid]["toll"] == pytest.approx(step_tolls[aid.split("/")[1]])

@@ -117,6 +117,34 @@ def test_metrics_staleness():
     assert state.models["m"].age(50.0) == pytest.approx(8.0)  # oldest stale replica
 
 
+def test_replica_lists_its_deadline_mix_and_the_hub_merges_it():
+    """The replica queue's snapshot view lists seconds to each waiting deadline, earliest first;
+    the hub merges replicas, so a policy counts the waiting requests due before its own."""
+
+    async def main():
+        q = DeadlineQueue(capacity=1, max_queue=10)
+        order: list[str] = []
+        run = lambda r: _work(r, order, 0.05)  # noqa: E731
+        jobs = [asyncio.create_task(q.submit(_req(f"d{d}", d), run)) for d in (60, 30, 5)]
+        await asyncio.sleep(0.01)
+        now = time.time()
+        slacks = q.slacks(now)
+        await asyncio.gather(*jobs)
+        return now, slacks
+
+    now, slacks = asyncio.run(main())
+    assert slacks == pytest.approx([5, 30], abs=0.05)  # d60 arrived first and runs
+    hub = MetricsHub(["m"], clock=lambda: now)
+    hub.push(ReplicaSnapshot("m", "r1", 2, 1, 0.1, 0.1, 0.02, 1.0, 0, now,
+                             waiting_slack_s=tuple(slacks)))
+    hub.push(ReplicaSnapshot("m", "r2", 3, 1, 0.1, 0.1, 0.02, 1.0, 0, now,
+                             waiting_slack_s=(10.0, 40.0)))  # one unlisted: counts as ahead
+    ld = hub.load("m")
+    assert ld.waiting_slack_s == pytest.approx([5, 10, 30, 40], abs=0.05)
+    assert [ld.waiting_ahead(d, now) for d in (1, 20, 35, 100)] == [1, 3, 4, 5]
+    assert "waiting_slack_s" not in hub.describe()["m"]
+
+
 @pytest.mark.parametrize("break_it", ["missing", "corrupt", "other-pool"])
 def test_bad_checkpoint_falls_back_to_heuristic_and_says_so(tmp_path, break_it):
     """A missing, corrupt or mismatched learned-policy checkpoint: the orchestrator serves with the
@@ -144,3 +172,29 @@ def test_bad_checkpoint_falls_back_to_heuristic_and_says_so(tmp_path, break_it):
     assert st["default_policy"] == "inframind"
     assert st["policy_status"].startswith("fallback to infra-heuristic: checkpoint"), st
     assert isinstance(orch._policy("inframind"), InfraHeuristic)
+
+
+def test_replica_latency_ewmas_count_the_queue_wait():
+    """The replica reports TTFT and end-to-end latency from arrival at the replica, its EDF
+    queue's wait included (as the twin's engine measures them), not from engine admission."""
+
+    async def main():
+        q = DeadlineQueue(capacity=1, max_queue=5)
+        order: list[str] = []
+
+        async def work(req):
+            await asyncio.sleep(0.1)
+            order.append(req.request_id)
+            return GenerateResult(req.request_id, "ok", "x", ttft_s=0.02)
+
+        await asyncio.gather(*(q.submit(_req(f"r{i}", 10), work) for i in range(3)))
+        return q
+
+    q = asyncio.run(main())
+    # latencies 0.1, 0.2, 0.3 s (two waited in the queue); EWMA 0.2 from the first value
+    want_e2e = 0.1
+    for v in (0.2, 0.3):
+        want_e2e = 0.8 * want_e2e + 0.2 * v
+    assert q.e2e_ewma == pytest.approx(want_e2e, abs=0.02)
+    assert q.ttft_ewma == pytest.approx(want_e2e - 0.08, abs=0.02)
+    assert q.e2e_ewma > 0.12  # an engine-side EWMA would stay at ~0.1

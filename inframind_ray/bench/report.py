@@ -41,6 +41,7 @@ def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float) -> d
             "scheduling": spec.scheduling or spec.pool.engine.scheduling,
             "on_deadline": spec.pool.engine.on_deadline,
             "metrics_period_s": spec.metrics_period_s,
+            "pool_history": spec.pool_history,
             "budget_distribution": f"uniform({spec.budget_range_s[0]}, {spec.budget_range_s[1]}) s",
             "queries_per_cell": spec.n_queries,
             "wall_s": round(wall_s, 3),

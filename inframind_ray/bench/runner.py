@@ -15,7 +15,7 @@ from inframind_ray.policy.base import QueryInfo
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import MetricsView, build_engines, build_pool_info
+from inframind_ray.twin.pool import MetricsView, build_engines, build_pool_info, pool_history
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import WorkloadSpec, make_queries
 from inframind_ray.workflow.runner import AgentResult, QueryResult, run_query
@@ -35,6 +35,7 @@ class CellSpec:
     scheduling: str | None = None
     checkpoint: str | None = None  # of the learned policy (default: the shipped one)
     metrics_period_s: float = 0.0  # policies see load snapshots this old at most (0: fresh)
+    pool_history: bool = False  # models start with a past load's latency EWMAs (seeded)
 
 
 @dataclass
@@ -79,6 +80,8 @@ def run_cell(spec: CellSpec) -> CellResult:
     async def main() -> list[QueryResult | QueryInfo]:
         loop = asyncio.get_running_loop()
         engines = build_engines(spec.pool, spec.scheduling)
+        if spec.pool_history:
+            pool_history(engines, info, spec.workload.seed)
         backend = TwinBackend(engines, outcome)
 
         state = MetricsView(engines, spec.metrics_period_s)

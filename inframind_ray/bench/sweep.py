@@ -32,6 +32,7 @@ class SweepSpec:
     scheduling: str | None = None
     checkpoint: str | None = None
     metrics_period_s: float = 0.0
+    pool_history: bool = False
 
     def cells(self) -> list[CellSpec]:
         """One cell per (policy, rate), rates outermost so slow cells start early."""
@@ -44,6 +45,7 @@ class SweepSpec:
                 self.scheduling,
                 self.checkpoint,
                 self.metrics_period_s,
+                self.pool_history,
             )
             for r in sorted(self.rates, reverse=True)
             for p in self.policies

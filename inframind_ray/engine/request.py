@@ -5,6 +5,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+EWMA_ALPHA = 0.2  # weight of the newest request in the latency EWMAs that replicas report
+
+
+def ewma(old: float, new: float, alpha: float = EWMA_ALPHA) -> float:
+    """One EWMA step; the first value (``old`` 0) is taken as is."""
+    return new if old == 0 else (1 - alpha) * old + alpha * new
+
 
 class RequestStatus(enum.IntEnum):
     """Lifecycle of a request; every status >= FINISHED is terminal."""

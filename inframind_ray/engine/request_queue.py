@@ -7,7 +7,7 @@ import heapq
 import itertools
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from inframind_ray.engine.request import EngineRequest
 
@@ -143,3 +143,12 @@ def create_request_queue(policy: SchedulingPolicy | str) -> RequestQueue:
     """Factory keyed by :class:`SchedulingPolicy`."""
     policy = SchedulingPolicy(policy)
     return FCFSQueue() if policy is SchedulingPolicy.FCFS else EDFQueue()
+
+
+SLACK_CAP = 64  # deadlines a replica lists per load snapshot (its earliest)
+
+
+def earliest_slacks(deadlines: Iterable[float], now: float) -> tuple[float, ...]:
+    """The ``SLACK_CAP`` smallest ``deadline - now``, ascending: what a replica's load snapshot
+    lists of its EDF queue, so a policy can count the requests due before a new one."""
+    return tuple(d - now for d in heapq.nsmallest(SLACK_CAP, deadlines))

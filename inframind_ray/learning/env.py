@@ -9,7 +9,12 @@ simulated time stands still while the learner thinks and each ``step`` answers o
 Reward (quality first, LAMaS credit): ``quality - lam * cost * w`` where quality is 1 for a correct
 answer within budget, cost is the lateness ``min(1, max(0, latency / budget - 1))`` (1 when the
 query was aborted at its deadline) and ``w`` is 1 for the planner and ``l(o) / T`` for a node o
-(nodes on the longest path through o over the critical path). ``infos`` carry quality and cost.
+(nodes on the longest path through o over the critical path). With ``congestion_toll`` every
+call dispatched to a model with no free slot also pays a toll per slot-second it held (the
+planner pays its query's tolls). ``infos`` carry quality, cost, weight, baseline and toll.
+
+Per episode the env also draws the metric age policies see (``metrics_periods``) and whether
+the pool starts with a history of past latencies (``history_fraction``).
 """
 
 from __future__ import annotations
@@ -17,26 +22,41 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import gymnasium as gym
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
-from inframind_ray.config import load_pool
-from inframind_ray.policy.base import Policy, QueryInfo, StepContext, StepDecision, SystemState
+from inframind_ray.config import PoolConfig, load_pool
+from inframind_ray.policy.base import (
+    Policy,
+    PoolInfo,
+    QueryInfo,
+    StepContext,
+    StepDecision,
+    SystemState,
+)
 from inframind_ray.policy.features import FeatureBuilder, plan_of
+from inframind_ray.policy.latency import free_slots
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import build_engines, build_pool_info, pool_state
+from inframind_ray.twin.pool import (
+    MetricsView,
+    ModelReplicas,
+    build_engines,
+    build_pool_info,
+    pool_history,
+)
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import WorkloadSpec, make_queries
 from inframind_ray.workflow.prompts import Strategy
-from inframind_ray.workflow.runner import QueryResult, run_query
+from inframind_ray.workflow.runner import AgentResult, QueryResult, run_query
 from inframind_ray.workflow.topology import Plan, build_graph
 
 MAX_NODES = 9  # Debate(K=4, 2 rounds) + aggregator
+TOLL_CAP = 0.5  # a call's toll never exceeds this: a correct answer still outranks a wrong one
 
 
 class EnvConfig(BaseModel):
@@ -50,6 +70,20 @@ class EnvConfig(BaseModel):
     budget_ranges: list[tuple[float, float]] = [(20.0, 90.0), (15.0, 45.0), (30.0, 120.0)]
     split: str = "train"
     lam: float = Field(1.0, ge=0)
+    metrics_periods: list[float] = Field([0.0], min_length=1)
+    """Per episode, policies read load snapshots refreshed every one of these simulated seconds
+    (drawn uniformly; 0 = fresh), so the policy learns what metric age means."""
+    congestion_toll: float = Field(0.0, ge=0)
+    """Per slot-second: a call that runs on a model with no free slot at dispatch pays this
+    for every second it holds a slot (the marginal value of a saturated model's capacity, a
+    Pigouvian toll). Each decision's reward otherwise covers only its own query, and a query
+    with a loose budget gains by queueing a long call that pushes tight-budget queries onto
+    weaker models; the planner pays the tolls of all its query's calls."""
+    history_fraction: float = Field(0.0, ge=0, le=1)
+    """Share of episodes whose pool has a history: each model, with probability 3/4, starts with
+    latency EWMAs as if it had served load before (``pool_history``). Without it the models a
+    policy leaves idle always report zero latency in training, and a served pool, where every
+    model has served something, is out of distribution."""
     counterfactual_baseline: bool = False
     """Subtract from every decision's reward whether the strongest model alone (DeepThink) answers
     the item right, read from the recorded answers (``reward_terms``). It does not depend on
@@ -68,6 +102,52 @@ def query_terms(res: QueryResult, outcome: OutcomeModel) -> tuple[float, float, 
     graph = build_graph(res.plan)
     return quality, cost, {s.node_id: graph.path_through(s.node_id) / graph.critical_path_len
                            for s in res.steps}
+
+
+def slot_seconds(s: AgentResult) -> float:
+    """Seconds a call held a sequence slot: first token to end (its prefill is a few ms)."""
+    return max(0.0, s.end - s.first_token) if s.first_token is not None else 0.0
+
+
+@dataclass(frozen=True)
+class RewardTerms:
+    """What a finished query gives each of its decisions: ``quality - baseline - lam * cost *
+    weight - toll``, the planner with weight 1 and every call's toll."""
+
+    quality: float
+    baseline: float
+    cost: float
+    weight: dict[int, float]  # LAMaS l(o)/T per executed node
+    toll: dict[int, float]  # congestion toll per node (absent: none)
+    lam: float = 1.0
+
+    def toll_of(self, node: int | None) -> float:
+        """A node's toll; the planner's (node None) is the sum over its query's calls."""
+        return sum(self.toll.values()) if node is None else self.toll.get(node, 0.0)
+
+    def reward(self, node: int | None, lam: float | None = None) -> float:
+        """The reward of the planner (node None) or of one executor node."""
+        w = 1.0 if node is None else self.weight[node]
+        lam = self.lam if lam is None else lam
+        return self.quality - self.baseline - lam * self.cost * w - self.toll_of(node)
+
+
+@dataclass(frozen=True)
+class Episode:
+    """What one episode randomises: the workload, the metric age and the pool's history."""
+
+    workload: WorkloadSpec
+    metrics_period_s: float = 0.0
+    history_seed: int | None = None  # None: a fresh pool
+
+
+def start_pool(pool: PoolConfig, info: PoolInfo, ep: Episode
+               ) -> tuple[dict[str, ModelReplicas], MetricsView]:
+    """The engines of one episode and the load view its policy reads (inside a running loop)."""
+    engines = build_engines(pool)
+    if ep.history_seed is not None:
+        pool_history(engines, info, ep.history_seed, share=0.75)
+    return engines, MetricsView(engines, ep.metrics_period_s)
 
 
 def _first_valid(mask: np.ndarray) -> int:
@@ -141,25 +221,26 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         self.episode_stats: dict = {}
 
     # ------------------------------------------------------------------ episode
-    def _sample_spec(self, rng: np.random.Generator) -> WorkloadSpec:
+    def sample_episode(self, rng: np.random.Generator) -> Episode:
+        """Random rate, arrivals, budgets, metric age and pool history."""
         lo, hi = self.cfg.rate_range
         rate = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
         arrivals = "trace:azure_conv" if rng.random() < self.cfg.trace_fraction else "poisson"
         budget = self.cfg.budget_ranges[int(rng.integers(len(self.cfg.budget_ranges)))]
-        return WorkloadSpec(rate, self.cfg.queries_per_episode, arrivals, self.cfg.split,
+        spec = WorkloadSpec(rate, self.cfg.queries_per_episode, arrivals, self.cfg.split,
                             tuple(budget), int(rng.integers(2**31)))
+        period = float(self.cfg.metrics_periods[int(rng.integers(len(self.cfg.metrics_periods)))])
+        history = int(rng.integers(2**31)) if rng.random() < self.cfg.history_fraction else None
+        return Episode(spec, period, history)
 
-    def _simulate(self, spec: WorkloadSpec) -> None:
-        queries = make_queries(spec, self.outcome)
+    def _simulate(self, ep: Episode) -> None:
+        queries = make_queries(ep.workload, self.outcome)
         bridge = _Bridge(self)
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            engines = build_engines(self.pool)
+            engines, state = start_pool(self.pool, self.info, ep)
             backend = TwinBackend(engines, self.outcome)
-
-            def state() -> SystemState:
-                return pool_state(engines)
 
             async def one(q: QueryInfo) -> None:
                 res = await run_query(q, bridge, backend, state,
@@ -199,15 +280,18 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         self._resets += 1
         rng = np.random.default_rng(None if self._seed_base is None
                                     else [self._seed_base, self._resets])
-        spec = self._sample_spec(rng)
+        ep = self.sample_episode(rng)
+        spec = ep.workload
         self.episode_stats = {"rate_per_min": spec.rate_per_min, "arrivals": spec.arrivals,
-                              "budget_range_s": spec.budget_range_s, "goodput": 0.0,
+                              "budget_range_s": spec.budget_range_s,
+                              "metrics_period_s": ep.metrics_period_s,
+                              "history": ep.history_seed is not None, "goodput": 0.0,
                               "queries_done": 0}
         self._last_obs = {}
         self.agents = []
         self._finished: dict[str, tuple[float, dict]] = {}
         self._finished_order: list[str] = []
-        self._thread = threading.Thread(target=self._simulate, args=(spec,), daemon=True)
+        self._thread = threading.Thread(target=self._simulate, args=(ep,), daemon=True)
         self._thread.start()
         obs, _, _, _, infos = self._collect()
         return obs, infos
@@ -260,31 +344,38 @@ class TwinOrchestrationEnv(MultiAgentEnv):
             self.agents.remove(aid)
         self._finished_order = [a for a in self._finished_order if a in keep]
 
-    def reward_terms(self, res: QueryResult) -> tuple[float, float, float, dict[str, float]]:
-        """(quality, baseline, lateness cost, LAMaS weight per node) of a finished query: the
-        terms of every decision's reward ``quality - baseline - lam * cost * weight``. The
-        baseline is 0 unless ``counterfactual_baseline``: then 1 if the strongest model alone,
-        step by step, answers the item right (whatever the load)."""
+    def reward_terms(self, res: QueryResult) -> RewardTerms:
+        """The terms of every decision's reward of a finished query (``RewardTerms.reward``).
+        The baseline is 0 unless ``counterfactual_baseline``: then 1 if the strongest model
+        alone, step by step, answers the item right (whatever the load). Tolls are 0 unless
+        ``congestion_toll``."""
         quality, cost, node_w = query_terms(res, self.outcome)
         base = (float(self.outcome.would_be_correct(res.query.item_id, self.info.strongest,
                                                     Strategy.DEEPTHINK))
                 if self.cfg.counterfactual_baseline else 0.0)
-        return quality, base, cost, node_w
+        toll = {s.node_id: min(TOLL_CAP, self.cfg.congestion_toll * slot_seconds(s))
+                for s in res.steps if self._saturated(s)}
+        return RewardTerms(quality, base, cost, node_w, toll, self.cfg.lam)
+
+    def _saturated(self, s: AgentResult) -> bool:
+        """Had the call's model no free sequence slot when the executor chose it?"""
+        return s.load is not None and free_slots(self.info[s.model], s.load) <= 0
 
     def _reward(self, res: QueryResult) -> None:
-        quality, base, cost, node_w = self.reward_terms(res)
+        t = self.reward_terms(res)
         n = int(res.query.query_id[1:6])
-        weights = {f"plan/{n}": 1.0} | {f"step/{n}/{k}": w for k, w in node_w.items()}
-        for aid, w in weights.items():
+        nodes = {f"plan/{n}": None} | {f"step/{n}/{k}": k for k in t.weight}
+        for aid, node in nodes.items():
             if aid not in self.agents or aid in self._finished:
                 continue
-            self._finished[aid] = (quality - base - self.cfg.lam * cost * w,
-                                   {"quality": quality, "cost": cost, "weight": w,
-                                    "baseline": base})
+            w = 1.0 if node is None else t.weight[node]
+            self._finished[aid] = (t.reward(node),
+                                   {"quality": t.quality, "cost": t.cost, "weight": w,
+                                    "baseline": t.baseline, "toll": t.toll_of(node)})
             self._finished_order.append(aid)
         s = self.episode_stats
         s["queries_done"] += 1
-        s["goodput"] += (quality - s["goodput"]) / s["queries_done"]
+        s["goodput"] += (t.quality - s["goodput"]) / s["queries_done"]
 
     def close(self) -> None:
         """Stop the simulation thread."""

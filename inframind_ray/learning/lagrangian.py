@@ -1,9 +1,10 @@
 """The constrained objective: maximise quality s.t. mean lateness cost <= delta.
 
 A learner-connector piece (first in the learner pipeline, so GAE sees its rewards) rewrites every
-agent's terminal reward from the env's infos as ``quality - baseline - lam * cost * weight``
-(quality first: a correct, in-budget answer is worth 1; LAMaS credit: ``weight = l(o) / T``;
-``baseline`` is the env's optional per-item counterfactual baseline, else 0). The Learner, a PPO
+agent's terminal reward from the env's infos as ``quality - baseline - lam * cost * weight -
+toll`` (quality first: a correct, in-budget answer is worth 1; LAMaS credit: ``weight = l(o) /
+T``; ``baseline`` is the env's optional per-item counterfactual baseline, ``toll`` its optional
+congestion toll, else 0). The Learner, a PPO
 learner subclass, owns ``lam`` and updates it by projected dual ascent after each gradient-based
 update: ``lam <- max(0, lam + eta * (mean_cost - delta))`` over the batch's queries, logged under
 ``lagrangian/*`` every iteration and kept in the learner's state (checkpoints, resume).
@@ -27,7 +28,8 @@ def dual_ascent(lam: float, mean_cost: float, delta: float, lr: float,
 
 
 class LagrangianReward(ConnectorV2):
-    """Terminal reward = quality - baseline - lam * cost * weight (from the agent's final infos)."""
+    """Terminal reward = quality - baseline - lam * cost * weight - toll (the agent's final
+    infos)."""
 
     def __init__(self, input_observation_space=None, input_action_space=None, *,
                  lam: float = 0.0, **kwargs: Any) -> None:
@@ -46,7 +48,7 @@ class LagrangianReward(ConnectorV2):
             if not isinstance(info, dict) or "cost" not in info:
                 continue
             reward = (info["quality"] - info.get("baseline", 0.0)
-                      - self.lam * info["cost"] * info["weight"])
+                      - self.lam * info["cost"] * info["weight"] - info.get("toll", 0.0))
             sa.set_rewards(new_data=np.float32(reward), at_indices=-1)
             if sa.module_id == PLANNER or str(sa.agent_id).startswith("plan/"):
                 costs.append(float(info["cost"]))

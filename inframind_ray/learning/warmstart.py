@@ -17,12 +17,12 @@ import numpy as np
 import torch
 from rich.progress import Progress
 
+from inframind_ray.learning.env import Episode, start_pool
 from inframind_ray.policy.base import Policy, QueryInfo, StepContext, StepDecision, SystemState
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.features import PLAN_ACTIONS, STRATEGIES
 from inframind_ray.policy.learned import LearnedPolicy
 from inframind_ray.twin.backend import TwinBackend
-from inframind_ray.twin.pool import build_engines, pool_state
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import make_queries
 from inframind_ray.workflow.runner import run_query
@@ -65,36 +65,36 @@ def collect(env, teacher_name: str, episodes: int, seed: int, lam: float,
     with Progress(disable=not progress) as bar:
         task = bar.add_task(f"warm start: {teacher_name} demos", total=episodes)
         for _ in range(episodes):
-            spec = env._sample_spec(rng)
-            rec = _Recorder(make_policy(teacher_name, env.info, spec.seed), student)
-            for res in _simulate(env, spec, rec):
+            ep = env.sample_episode(rng)
+            rec = _Recorder(make_policy(teacher_name, env.info, ep.workload.seed), student)
+            for res in _simulate(env, ep, rec):
                 qid = res.query.query_id
-                quality, base, cost, weights = env.reward_terms(res)  # the env's own reward
+                t = env.reward_terms(res)  # the env's own reward
                 if qid in rec.plans:
                     obs, a = rec.plans[qid]
-                    out["planner"].append((obs, a, quality - base - lam * cost))
-                for node, w in weights.items():
+                    out["planner"].append((obs, a, t.reward(None, lam)))
+                for node in t.weight:
                     if (qid, node) in rec.steps:
                         obs, a = rec.steps[(qid, node)]
-                        out["executor"].append((obs, a, quality - base - lam * cost * w))
+                        out["executor"].append((obs, a, t.reward(node, lam)))
             bar.advance(task)
     return out
 
 
-def _simulate(env, spec, policy: Policy) -> list:
-    queries = make_queries(spec, env.outcome)
+def _simulate(env, ep: Episode, policy: Policy) -> list:
+    queries = make_queries(ep.workload, env.outcome)
     abort = env.pool.engine.on_deadline == "abort"
 
     async def main() -> list:
         loop = asyncio.get_running_loop()
-        engines = build_engines(env.pool)
+        engines, state = start_pool(env.pool, env.info, ep)
         backend = TwinBackend(engines, env.outcome)
         tasks = []
         for q in queries:
             await asyncio.sleep(max(0.0, q.arrival_s - loop.time()))
             tasks.append(loop.create_task(run_query(
-                replace(q, arrival_s=loop.time()), policy, backend,
-                lambda: pool_state(engines), abort_on_deadline=abort)))
+                replace(q, arrival_s=loop.time()), policy, backend, state,
+                abort_on_deadline=abort)))
         return list(await asyncio.gather(*tasks))
 
     results, _ = run_simulated(main())

@@ -7,6 +7,8 @@ The same objects serve the twin (simulated clock) and the serving plane (wall cl
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from inframind_ray.engine.profile import IterationProfile
+from inframind_ray.engine.request_queue import SLACK_CAP
 from inframind_ray.workflow.prompts import Strategy
 from inframind_ray.workflow.topology import AgentNode, Plan, Topology
 
@@ -53,10 +56,22 @@ class ModelLoad:
     e2e_s: float
     timestamp: float
     available: bool = True
+    # Seconds from the snapshot to the deadline of each request in the replicas' EDF queues,
+    # ascending, the SLACK_CAP earliest. Waiting requests not listed (an engine's own FCFS queue,
+    # beyond the cap) are served before any new request.
+    waiting_slack_s: tuple[float, ...] = ()
 
     def age(self, now: float) -> float:
         """Seconds since the snapshot was taken."""
         return max(0.0, now - self.timestamp)
+
+    def waiting_ahead(self, deadline_in_s: float, now: float) -> int:
+        """Waiting requests an EDF queue serves before a new one due in ``deadline_in_s`` seconds
+        (ties first): the listed ones due earlier, plus every unlisted one. Arrivals after now
+        that are due earlier will overtake it too; this count cannot know them."""
+        listed = len(self.waiting_slack_s)
+        due = bisect.bisect_right(self.waiting_slack_s, deadline_in_s + self.age(now))
+        return max(0, self.waiting - listed) + due
 
     @classmethod
     def from_replicas(cls, model: str, snaps: list, timestamp: float,
@@ -64,6 +79,7 @@ class ModelLoad:
         """Sum queue counts and average KV usage and latency EWMAs over replica snapshots (any
         objects with waiting, running, kv_usage, ttft_s, tpot_s, e2e_s)."""
         n = len(snaps)
+        slack = tuple(heapq.merge(*(getattr(s, "waiting_slack_s", ()) for s in snaps)))
         return cls(
             model=model,
             replicas=n,
@@ -75,6 +91,7 @@ class ModelLoad:
             e2e_s=sum(s.e2e_s for s in snaps) / n,
             timestamp=timestamp,
             available=available,
+            waiting_slack_s=slack[:SLACK_CAP * n],
         )
 
 

@@ -2,7 +2,8 @@
 
 Names on the command line and in results: always-strongest, static-task, moa, random,
 round-robin, least-loaded, infra-heuristic, oracle; and the learned ``inframind`` policy.
-``infra-topology`` (the warm-start teacher) is registered too but is not a default bench baseline.
+``infra-topology`` and ``strongest-topology`` (the warm-start teachers) are registered too but are
+not default bench baselines.
 """
 
 from __future__ import annotations
@@ -151,10 +152,14 @@ class InfraHeuristic(Policy):
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
         return IO_PLAN
 
+    def _models(self, ctx: StepContext) -> list:
+        """The models this policy may choose from."""
+        return candidates(self.pool, ctx)
+
     def _decide(self, ctx: StepContext) -> StepDecision:
         per_step = ctx.remaining_budget_s / max(1, ctx.remaining_depth) * SAFETY
         best, best_key, fastest, fastest_t = None, None, None, float("inf")
-        for m in candidates(self.pool, ctx):
+        for m in self._models(ctx):
             load = ctx.state.models[m.name]
             acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
             for s in ctx.allowed:
@@ -192,7 +197,7 @@ class InfraTopology(InfraHeuristic):
         per_step = ctx.remaining_budget_s / max(1, ctx.remaining_depth) * SAFETY
         s = Strategy.DEEPTHINK
         best, best_acc = None, -1.0
-        for m in candidates(self.pool, ctx):
+        for m in self._models(ctx):
             load = ctx.state.models[m.name]
             acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
             if (free_slots(m, load) >= 1 and acc > best_acc and s in ctx.allowed
@@ -200,6 +205,21 @@ class InfraTopology(InfraHeuristic):
                     <= per_step):
                 best, best_acc = m.name, acc
         return StepDecision(best, s) if best else super()._decide(ctx)
+
+
+class StrongestTopology(InfraTopology):
+    """``infra-topology`` on the strongest model alone (while it is up): the same voting
+    planner, and an executor that sheds load by reasoning depth (DeepThink, Concise, Flash,
+    whichever fits the budget share) instead of by moving calls to weaker models. In the
+    default pool a Flash answer of the 70B (expected 0.50) beats every weaker model's step-by-
+    step answer (at most 0.45) and holds a slot for a few tokens. The shipped policy's warm-start
+    teacher; not a default bench baseline."""
+
+    name = "strongest-topology"
+
+    def _models(self, ctx: StepContext) -> list:
+        up = candidates(self.pool, ctx)
+        return [m for m in up if m.name == self.pool.strongest] or up
 
 
 class Oracle(Policy):
@@ -233,7 +253,7 @@ class Oracle(Policy):
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (LearnedPolicy, AlwaysStrongest, StaticTask, MoA, RandomPolicy, RoundRobin,
-                LeastLoaded, InfraHeuristic, InfraTopology, Oracle)
+                LeastLoaded, InfraHeuristic, InfraTopology, StrongestTopology, Oracle)
 }
 
 

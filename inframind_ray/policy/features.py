@@ -32,7 +32,7 @@ PLAN_ACTIONS: tuple[Plan, ...] = (
     Plan.make(Topology.REFLECTION),
     *(Plan.make(Topology.FULLCONNECTED, k) for k in (2, 3, 4)),
 )
-PER_MODEL = 6  # waiting, running, kv_usage, e2e, age, available
+PER_MODEL = 6  # waiting, running, kv_usage, e2e, age, available (+ waiting ahead, per query)
 STALE_MASK_S = 10.0  # executor masks models whose metrics are older than this
 
 
@@ -47,9 +47,9 @@ class FeatureBuilder:
     def __init__(self, pool: PoolInfo) -> None:
         self.pool = pool
         self.m = len(pool.models)
-        self.z_dim = 2 + PER_MODEL * self.m
+        self.z_dim = 2 + (PER_MODEL + 1) * self.m
         self.sem_dim = EMB_DIM + len(ROLES) + len(KINDS) + len(TOPOLOGIES)
-        self.res_dim = 3 + PER_MODEL * self.m + self.m * len(STRATEGIES) + self.m
+        self.res_dim = 3 + (PER_MODEL + 1) * self.m + self.m * len(STRATEGIES) + self.m
         self.n_plan = len(PLAN_ACTIONS)
         self.n_exec = self.m * len(STRATEGIES)
 
@@ -63,6 +63,13 @@ class FeatureBuilder:
                     float(ld.available)]
         return np.asarray(out, np.float32)
 
+    def _ahead(self, state: SystemState, deadline_in_s: float) -> np.ndarray:
+        """Per model: waiting requests its EDF queues would serve before a request due in
+        ``deadline_in_s`` seconds, per sequence slot (the queue's deadline mix)."""
+        return np.asarray([state.models[i.name].waiting_ahead(deadline_in_s, state.now)
+                           / slots(i, state.models[i.name]) for i in self.pool.models],
+                          np.float32)
+
     @staticmethod
     def _emb(q: QueryInfo) -> np.ndarray:
         if q.embedding is None:
@@ -72,7 +79,8 @@ class FeatureBuilder:
     def planner(self, q: QueryInfo, state: SystemState) -> dict[str, np.ndarray]:
         """Query embedding, system-state vector z0 and the (all-valid) action mask."""
         z = np.concatenate([[q.budget_s / 100.0, np.log1p(q.budget_s) / 5.0],
-                            self._models(state)]).astype(np.float32)
+                            self._models(state),
+                            self._ahead(state, q.deadline - state.now)]).astype(np.float32)
         return {"emb": self._emb(q), "z": z, "mask": np.ones(self.n_plan, np.float32)}
 
     def executor(self, ctx: StepContext) -> dict[str, np.ndarray]:
@@ -95,6 +103,7 @@ class FeatureBuilder:
         earlier = [ctx.earlier_models.count(info.name) / MAX_AGENTS for info in self.pool.models]
         res = np.concatenate([[ctx.remaining_budget_s / 100.0, ctx.remaining_depth / 5.0,
                                min(per_step / 100.0, 10.0)], self._models(ctx.state),
+                              self._ahead(ctx.state, ctx.remaining_budget_s),
                               prices, earlier]).astype(np.float32)
         return {"sem": np.concatenate([self._emb(ctx.query), sem]).astype(np.float32),
                 "res": res, "mask": np.asarray(mask, np.float32)}

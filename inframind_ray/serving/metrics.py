@@ -24,6 +24,7 @@ class ReplicaSnapshot:
     num_preemptions: int
     timestamp: float
     node_id: str = ""
+    waiting_slack_s: tuple[float, ...] = ()  # the replica EDF queue's earliest deadlines, s
 
 
 class MetricsHub:
@@ -79,7 +80,8 @@ class MetricsHub:
             ld = self.load(m, now)
             reps = self._snaps[m]
             out[m] = {
-                **{k: v for k, v in asdict(ld).items() if k not in ("model", "timestamp")},
+                **{k: v for k, v in asdict(ld).items()
+                   if k not in ("model", "timestamp", "waiting_slack_s")},
                 "age_s": round(now - ld.timestamp, 3) if reps else None,
                 "stale": (not reps) or now - ld.timestamp > self.stale_after_s,
                 "replica_nodes": sorted({s.node_id for s in reps.values()}),

@@ -56,11 +56,15 @@ class ModelReplica:
     def snapshot(self) -> ReplicaSnapshot:
         """This replica's load right now."""
         s = self.engine.stats()
+        now = time.time()
         return ReplicaSnapshot(
             model=self.model.name, replica_id=self.replica_id,
             waiting=len(self.queue) + s.waiting, running=s.running, kv_usage=s.kv_usage,
-            ttft_s=s.ttft_s, tpot_s=s.tpot_s, e2e_s=s.e2e_s, num_preemptions=s.num_preemptions,
-            timestamp=time.time(), node_id=self.node_id,
+            # TTFT and E2E from arrival at this replica (its queue wait included, as the twin
+            # measures them); the engine's own until the replica has answered a request
+            ttft_s=self.queue.ttft_ewma or s.ttft_s, tpot_s=s.tpot_s,
+            e2e_s=self.queue.e2e_ewma or s.e2e_s, num_preemptions=s.num_preemptions,
+            timestamp=now, node_id=self.node_id, waiting_slack_s=self.queue.slacks(now),
         )
 
     def set_push_enabled(self, enabled: bool) -> bool:

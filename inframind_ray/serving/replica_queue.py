@@ -14,8 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from inframind_ray.engine.request import EngineRequest
-from inframind_ray.engine.request_queue import EDFQueue
+from inframind_ray.engine.request import EngineRequest, ewma
+from inframind_ray.engine.request_queue import EDFQueue, earliest_slacks
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 
 RunFn = Callable[[GenerateRequest], Awaitable[GenerateResult]]
@@ -37,9 +37,17 @@ class DeadlineQueue:
         self._futures: dict[int, asyncio.Future[bool]] = {}
         self._seq = itertools.count()
         self.counts = {"ok": 0, "deadline": 0, "overloaded": 0, "error": 0}
+        # TTFT and end-to-end latency of answered requests from their arrival here, so that
+        # the wait in this queue counts, as in the twin's engine (its EWMAs start at arrival)
+        self.ttft_ewma = 0.0
+        self.e2e_ewma = 0.0
 
     def __len__(self) -> int:
         return len(self.waiting)
+
+    def slacks(self, now: float) -> tuple[float, ...]:
+        """Seconds to the earliest waiting deadlines (the replica snapshot's EDF view)."""
+        return earliest_slacks((e.deadline for e in self.waiting), now)
 
     async def submit(self, req: GenerateRequest, run: RunFn) -> GenerateResult:
         """Queue ``req`` and run it with ``run`` once admitted (or answer at once)."""
@@ -86,7 +94,12 @@ class DeadlineQueue:
             self.in_engine -= 1
             self._release()
         self.counts[res.status if res.status in self.counts else "error"] += 1
-        return replace(res, queue_wait_s=waited, latency_s=self.clock() - t0)
+        latency = self.clock() - t0
+        if res.status == "ok":
+            self.e2e_ewma = ewma(self.e2e_ewma, latency)
+            if res.ttft_s is not None:
+                self.ttft_ewma = ewma(self.ttft_ewma, waited + res.ttft_s)
+        return replace(res, queue_wait_s=waited, latency_s=latency)
 
     def _release(self) -> None:
         """Admit the earliest deadlines while the engine has room."""

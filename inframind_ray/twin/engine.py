@@ -22,10 +22,12 @@ import math
 from dataclasses import dataclass
 
 from inframind_ray.engine.profile import IterationProfile
-from inframind_ray.engine.request import EngineRequest, EngineResult, RequestStatus
-from inframind_ray.engine.request_queue import SchedulingPolicy, create_request_queue
-
-EWMA_ALPHA = 0.2
+from inframind_ray.engine.request import EngineRequest, EngineResult, RequestStatus, ewma
+from inframind_ray.engine.request_queue import (
+    SchedulingPolicy,
+    create_request_queue,
+    earliest_slacks,
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class EngineSnapshot:
     e2e_s: float
     num_preemptions: int
     timestamp: float
+    waiting_slack_s: tuple[float, ...] = ()  # EDF only: earliest deadlines, seconds from now
 
     @property
     def kv_usage(self) -> float:
@@ -128,6 +131,11 @@ class TwinEngine:
         self._finish(req, now)
         self._wake(now)
 
+    def seed_history(self, ttft_s: float, tpot_s: float, e2e_s: float) -> None:
+        """Start the latency EWMAs as if the replica had served requests before (a served pool
+        is never fresh: its idle models still report their last latencies)."""
+        self._ewma = {"ttft": ttft_s, "tpot": tpot_s, "e2e": e2e_s}
+
     def snapshot(self) -> EngineSnapshot:
         """Current load and latency EWMAs."""
         now = self._loop.time() if self._loop else 0.0
@@ -142,6 +150,8 @@ class TwinEngine:
             e2e_s=self._ewma["e2e"],
             num_preemptions=self.num_preemptions,
             timestamp=now,
+            waiting_slack_s=earliest_slacks((r.deadline for r in self.waiting), now)
+            if self.policy is SchedulingPolicy.EDF else (),
         )
 
     # ------------------------------------------------------------------ scheduling
@@ -267,11 +277,10 @@ class TwinEngine:
         req.finished_at = now
         req.record("finished", now)
         if req.status == RequestStatus.FINISHED:
-            a = EWMA_ALPHA
             ttft = req.first_token - req.arrival
             tpot = (now - req.first_token) / max(1, req.num_generated - 1)
             for key, v in (("ttft", ttft), ("tpot", tpot), ("e2e", now - req.arrival)):
-                self._ewma[key] = v if self._ewma[key] == 0 else (1 - a) * self._ewma[key] + a * v
+                self._ewma[key] = ewma(self._ewma[key], v)
         fut = self._futures.pop(id(req), None)
         if fut is not None and not fut.done():
             fut.set_result(self._result(req, now))

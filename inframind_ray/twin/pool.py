@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import numpy as np
+
 from inframind_ray import assumptions as A
 from inframind_ray import data
 from inframind_ray.config import ModelConfig, PoolConfig
@@ -14,6 +16,7 @@ from inframind_ray.errors import ConfigError
 from inframind_ray.policy.base import ModelInfo, ModelLoad, PoolInfo, SystemState
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.workflow.prompts import Strategy
 
 GB = 1e9
 
@@ -109,6 +112,23 @@ def pool_state(engines: dict[str, ModelReplicas]) -> SystemState:
     """Every model's live load, timestamped by the running loop's clock."""
     return SystemState(asyncio.get_running_loop().time(),
                        {m: r.load() for m, r in engines.items()})
+
+
+def pool_history(engines: dict[str, ModelReplicas], info: PoolInfo, seed: int,
+                 share: float = 1.0) -> None:
+    """Give each model (with probability ``share``) the latency EWMAs of a past load, as a
+    served pool has: a random batch size, strategy and prefill-queueing factor on its own
+    profile. Without it a model no request has reached reports zero latency."""
+    rng = np.random.default_rng(seed)
+    for m in info.models:
+        if rng.random() >= share:
+            continue
+        p, b = m.profile, int(rng.integers(1, m.max_num_seqs + 1))
+        tpot = p.iteration_time(0, b, 0.0)
+        ttft = p.iteration_time(512, b - 1, 0.0) * float(rng.uniform(1.0, 10.0))
+        out = m.expected_tokens[tuple(Strategy)[int(rng.integers(len(Strategy)))]]
+        for e in engines[m.name].engines:
+            e.seed_history(ttft, tpot, ttft + tpot * max(0.0, out - 1))
 
 
 class MetricsView:
