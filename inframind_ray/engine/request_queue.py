@@ -131,8 +131,14 @@ class EDFQueue(RequestQueue):
         return len(self._live)
 
     def __iter__(self) -> Iterator[EngineRequest]:
-        live = [e for e in self._heap if self._live.get(id(e[4])) == e[3]]
-        return (e[4] for e in sorted(live, key=lambda e: e[:4]))
+        return (e[4] for e in sorted(self._entries_live(), key=lambda e: e[:4]))
+
+    def _entries_live(self) -> list[tuple]:
+        return [e for e in self._heap if self._live.get(id(e[4])) == e[3]]
+
+    def deadlines(self) -> Iterator[float]:
+        """Deadlines of the waiting requests, unordered (no sort: for load snapshots)."""
+        return (e[0] for e in self._entries_live())
 
     @staticmethod
     def victim_key(req: EngineRequest) -> tuple:

@@ -47,7 +47,7 @@ class DeadlineQueue:
 
     def slacks(self, now: float) -> tuple[float, ...]:
         """Seconds to the earliest waiting deadlines (the replica snapshot's EDF view)."""
-        return earliest_slacks((e.deadline for e in self.waiting), now)
+        return earliest_slacks(self.waiting.deadlines(), now)
 
     async def submit(self, req: GenerateRequest, run: RunFn) -> GenerateResult:
         """Queue ``req`` and run it with ``run`` once admitted (or answer at once)."""

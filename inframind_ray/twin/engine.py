@@ -150,7 +150,7 @@ class TwinEngine:
             e2e_s=self._ewma["e2e"],
             num_preemptions=self.num_preemptions,
             timestamp=now,
-            waiting_slack_s=earliest_slacks((r.deadline for r in self.waiting), now)
+            waiting_slack_s=earliest_slacks(self.waiting.deadlines(), now)
             if self.policy is SchedulingPolicy.EDF else (),
         )
 
