@@ -8,6 +8,7 @@ import pytest
 from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 
 from inframind_ray.learning.env import TOLL_CAP, EnvConfig, TwinOrchestrationEnv
+from inframind_ray.policy.features import PER_MODEL
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +107,7 @@ def test_episodes_randomise_metric_age_and_pool_history():
         obs, _ = e.reset(seed=3)
         return obs[e._pending]["z"]
 
-    per_model = 6  # waiting, running, kv, e2e, age, available
-    e2e = lambda z: z[2 + 3::per_model][:len(e.info.models)]  # noqa: E731
+    e2e = lambda z: z[2 + 3::PER_MODEL][:len(e.info.models)]  # noqa: E731  (4th per model)
     assert not e2e(first_planner_obs(False)).any()  # a fresh pool: nothing served yet
     assert e2e(first_planner_obs(True)).any()
     e.close()

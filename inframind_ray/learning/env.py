@@ -119,16 +119,14 @@ class RewardTerms:
     cost: float
     weight: dict[int, float]  # LAMaS l(o)/T per executed node
     toll: dict[int, float]  # congestion toll per node (absent: none)
-    lam: float = 1.0
 
     def toll_of(self, node: int | None) -> float:
         """A node's toll; the planner's (node None) is the sum over its query's calls."""
         return sum(self.toll.values()) if node is None else self.toll.get(node, 0.0)
 
-    def reward(self, node: int | None, lam: float | None = None) -> float:
+    def reward(self, node: int | None, lam: float) -> float:
         """The reward of the planner (node None) or of one executor node."""
         w = 1.0 if node is None else self.weight[node]
-        lam = self.lam if lam is None else lam
         return self.quality - self.baseline - lam * self.cost * w - self.toll_of(node)
 
 
@@ -355,7 +353,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
                 if self.cfg.counterfactual_baseline else 0.0)
         toll = {s.node_id: min(TOLL_CAP, self.cfg.congestion_toll * slot_seconds(s))
                 for s in res.steps if self._saturated(s)}
-        return RewardTerms(quality, base, cost, node_w, toll, self.cfg.lam)
+        return RewardTerms(quality, base, cost, node_w, toll)
 
     def _saturated(self, s: AgentResult) -> bool:
         """Had the call's model no free sequence slot when the executor chose it?"""
@@ -369,7 +367,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
             if aid not in self.agents or aid in self._finished:
                 continue
             w = 1.0 if node is None else t.weight[node]
-            self._finished[aid] = (t.reward(node),
+            self._finished[aid] = (t.reward(node, self.cfg.lam),
                                    {"quality": t.quality, "cost": t.cost, "weight": w,
                                     "baseline": t.baseline, "toll": t.toll_of(node)})
             self._finished_order.append(aid)
