@@ -69,7 +69,8 @@ def test_lower_deadline_finishes_first_when_saturated(session):
             done.append((name, res.status))
 
         await h.generate.remote(GenerateRequest("warm", "hi", 2, time.time() + 60))
-        blockers = [asyncio.create_task(one(f"b{i}", 200, 300)) for i in range(2)]
+        # long enough that both still run when the others queue, on a fast host too
+        blockers = [asyncio.create_task(one(f"b{i}", 600, 300)) for i in range(2)]
         await asyncio.sleep(0.5)
         await asyncio.gather(*blockers, *(one(f"d{d}", 20, d) for d in (90, 30, 60)))
         return done
