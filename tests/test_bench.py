@@ -183,3 +183,68 @@ def test_pool_history_seeds_every_model_deterministically(pool):
         assert 0 < ld.ttft_s < ld.e2e_s and ld.tpot_s > 0 and ld.waiting == ld.running == 0
         assert (ld.ttft_s, ld.e2e_s) == (b[m].ttft_s, b[m].e2e_s)
     assert any(a[m].e2e_s != c[m].e2e_s for m in a)
+
+
+def test_priced_topology_sheds_the_queries_that_gain_least(pool):
+    """The shipped policy's teacher: on an idle 70B every query gets a step-by-step 70B call; as
+    the 70B's queue grows the congestion toll sheds depth first for the categories where the
+    70B is least accurate (law before biology), and far into the queue it moves a category where
+    a weaker model comes close (psychology) to that model."""
+    from inframind_ray.policy.base import ModelLoad, QueryInfo, StepContext, SystemState
+    from inframind_ray.policy.baselines import IO_PLAN, PricedTopology
+    from inframind_ray.twin.pool import build_pool_info
+    from inframind_ray.workflow.prompts import Strategy
+    from inframind_ray.workflow.topology import build_graph
+
+    info = build_pool_info(pool, outcome_for(pool, 0))
+    pol, big = PricedTopology(info), "llama-3.1-70b"
+    node = build_graph(IO_PLAN).nodes[0]
+
+    def decide(category: str, waiting: int):
+        loads = {m: ModelLoad(m, 1, waiting if m == big else 0, 6 if m == big else 0, 0.3,
+                              0.5, 0.03, 4.0, 0.0) for m in info.names}
+        q = QueryInfo("q", "text", 60.0, 0.0, category=category, prompt_tokens=300,
+                      fewshot_tokens=600)
+        return pol.decide(StepContext(q, IO_PLAN, node, 1, 0.0, SystemState(0.0, loads)))
+
+    deep = (big, Strategy.DEEPTHINK)
+    for cat in ("law", "biology", "psychology"):
+        assert (decide(cat, 0).model, decide(cat, 0).strategy) == deep
+    shed = decide("law", 11)
+    assert (shed.model, shed.strategy) != deep
+    assert (decide("biology", 11).model, decide("biology", 11).strategy) == deep
+    moved = decide("psychology", 41)
+    assert moved.model != big and moved.strategy is Strategy.DEEPTHINK
+
+
+def test_priced_topology_beats_strongest_topology_under_congestion(pool):
+    """The toll keeps the 70B's queue short enough for the SLO and spends its slot time where
+    depth gains most: better goodput than depth shedding by budget alone at 300 req/min."""
+    pr, st = (_cell(pool, p, 300, 600) for p in ("priced-topology", "strongest-topology"))
+    assert pr["slo_attainment"] > 0.99
+    assert pr["goodput"] > st["goodput"] + 0.01
+
+
+def test_price_list_wait_forms_and_congestion(pool):
+    """The price list's wait: requests beyond the free slots, per slot, times a request's slot
+    time, which is its whole end-to-end EWMA (``e2e``) or only its decode time plus a prefill
+    (``service``); no wait while a slot is free. ``congestion`` counts requests per slot beyond
+    the free slots."""
+    from inframind_ray.policy.base import ModelLoad
+    from inframind_ray.policy.latency import congestion, latency_terms
+    from inframind_ray.twin.pool import build_pool_info
+
+    m = build_pool_info(pool, outcome_for(pool, 0))["llama-3.1-70b"]  # 6 slots, 1 replica
+
+    def load(waiting: int, running: int) -> ModelLoad:
+        return ModelLoad(m.name, 1, waiting, running, 0.0, 8.0, 0.03, 10.0, 0.0)
+
+    assert congestion(m, load(0, 5)) == 0.0
+    assert latency_terms(m, load(0, 5), 300, 100)[1] == 0.0
+    assert congestion(m, load(11, 6)) == pytest.approx(2.0)  # 6 running + 11 waiting + 1 new
+    s_e2e, w_e2e = latency_terms(m, load(11, 6), 300, 100, "e2e")
+    s_svc, w_svc = latency_terms(m, load(11, 6), 300, 100, "service")
+    assert s_e2e == s_svc > 0
+    assert w_e2e == pytest.approx(12 / 6 * 10.0)
+    prefill = m.profile.iteration_time(300, 0, 0.0)
+    assert w_svc == pytest.approx(12 / 6 * (10.0 - 8.0 + prefill))

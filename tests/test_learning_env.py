@@ -107,7 +107,7 @@ def test_episodes_randomise_metric_age_and_pool_history():
         obs, _ = e.reset(seed=3)
         return obs[e._pending]["z"]
 
-    e2e = lambda z: z[2 + 3::PER_MODEL][:len(e.info.models)]  # noqa: E731  (4th per model)
+    e2e = lambda z: z[2 + 4::PER_MODEL][:len(e.info.models)]  # noqa: E731  (5th per model)
     assert not e2e(first_planner_obs(False)).any()  # a fresh pool: nothing served yet
     assert e2e(first_planner_obs(True)).any()
     e.close()

@@ -33,7 +33,7 @@ class WarmStart(BaseModel):
     """Behaviour cloning of a teacher before PPO."""
 
     model_config = ConfigDict(extra="forbid")
-    teacher: str = "infra-heuristic"
+    teacher: str = "priced-topology"  # the shipped policy's teacher (policy/baselines.py)
     episodes: int = Field(40, ge=1)
     epochs: int = Field(20, ge=1)
     lr: float = Field(1e-3, gt=0)

@@ -1,11 +1,11 @@
 """Warm start: behaviour cloning of a teacher policy in the twin, before PPO.
 
-The teacher (by default the infra-aware heuristic) runs the same randomised episodes as the RL env
-(train split only); a recorder computes the learned policy's own observations at every decision
-and keeps the teacher's action. Both nets are then fitted by masked cross-entropy, and their value
-heads by regression on the decision's final reward (quality - lam * cost * weight). PPO starts from
-there instead of from a uniform policy, which in this twin wastes its first iterations on random
-routing that congests every model.
+The teacher (by default ``priced-topology``, policy/baselines.py) runs the same randomised
+episodes as the RL env (train split only); a recorder computes the learned policy's own
+observations at every decision and keeps the teacher's action. Both nets are then fitted by
+masked cross-entropy, and their value heads by regression on the decision's final reward
+(quality - lam * cost * weight). PPO starts from there instead of from a uniform policy, which in
+this twin wastes its first iterations on random routing that congests every model.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Names on the command line and in results: always-strongest, static-task, moa, random,
 round-robin, least-loaded, infra-heuristic, oracle; and the learned ``inframind`` policy.
-``infra-topology`` and ``strongest-topology`` (the warm-start teachers) are registered too but are
-not default bench baselines.
+``infra-topology``, ``strongest-topology`` and ``priced-topology`` (warm-start teachers, the last
+the current one) are registered too but are not default bench baselines.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from inframind_ray.policy.base import (
     StepDecision,
     SystemState,
 )
-from inframind_ray.policy.latency import free_slots, predict_latency
+from inframind_ray.policy.latency import congestion, free_slots, latency_terms, predict_latency
 from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
 from inframind_ray.workflow.prompts import Strategy
 from inframind_ray.workflow.topology import NodeKind, Plan, Topology
@@ -141,6 +141,7 @@ class InfraHeuristic(Policy):
     """
 
     name = "infra-heuristic"
+    OCCUPANCY = "e2e"  # the price list's slot-time estimate (policy.latency.latency_terms)
 
     def __init__(self, pool: PoolInfo, seed: int = 0,
                  retention: dict[Strategy, float] | None = None) -> None:
@@ -156,6 +157,11 @@ class InfraHeuristic(Policy):
         """The models this policy may choose from."""
         return candidates(self.pool, ctx)
 
+    def _toll(self, m, load, service_s: float) -> float:
+        """Expected-accuracy points a call of ``service_s`` slot-seconds costs the queue it
+        joins (none here: each call is judged for its own query only)."""
+        return 0.0
+
     def _decide(self, ctx: StepContext) -> StepDecision:
         per_step = ctx.remaining_budget_s / max(1, ctx.remaining_depth) * SAFETY
         best, best_key, fastest, fastest_t = None, None, None, float("inf")
@@ -163,11 +169,13 @@ class InfraHeuristic(Policy):
             load = ctx.state.models[m.name]
             acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
             for s in ctx.allowed:
-                t = predict_latency(m, load, ctx.prompt_tokens(s), m.expected_tokens[s])
+                service, wait = latency_terms(m, load, ctx.prompt_tokens(s), m.expected_tokens[s],
+                                              self.OCCUPANCY)
+                t = service + wait
                 if t < fastest_t:
                     fastest, fastest_t = StepDecision(m.name, s), t
                 if t <= per_step:
-                    key = (acc * self.retention[s], -t)
+                    key = (acc * self.retention[s] - self._toll(m, load, service), -t)
                     if best_key is None or key > best_key:
                         best, best_key = StepDecision(m.name, s), key
         return best or fastest
@@ -201,8 +209,8 @@ class InfraTopology(InfraHeuristic):
             load = ctx.state.models[m.name]
             acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
             if (free_slots(m, load) >= 1 and acc > best_acc and s in ctx.allowed
-                    and predict_latency(m, load, ctx.prompt_tokens(s), m.expected_tokens[s])
-                    <= per_step):
+                    and predict_latency(m, load, ctx.prompt_tokens(s), m.expected_tokens[s],
+                                        self.OCCUPANCY) <= per_step):
                 best, best_acc = m.name, acc
         return StepDecision(best, s) if best else super()._decide(ctx)
 
@@ -220,6 +228,24 @@ class StrongestTopology(InfraTopology):
     def _models(self, ctx: StepContext) -> list:
         up = candidates(self.pool, ctx)
         return [m for m in up if m.name == self.pool.strongest] or up
+
+
+class PricedTopology(InfraTopology):
+    """``infra-topology`` with a congestion toll: a call's expected accuracy minus
+    ``CONGESTION_PRICE`` x (requests per slot queued beyond the model's free slots) x (its
+    service seconds), so a congested model keeps its slot time for the queries that gain most
+    from depth and sheds the others (lowest category accuracy first) to Flash, Concise or a
+    weaker idle model whose expected accuracy comes closest. The queue wait is estimated from
+    slot time (``OCCUPANCY = "service"``): the toll, not a pessimistic wait, keeps the queue
+    short. The shipped policy's warm-start teacher; not a default bench baseline (figures in
+    docs/learning.md)."""
+
+    name = "priced-topology"
+    OCCUPANCY = "service"
+    CONGESTION_PRICE = 0.0075  # accuracy points per slot-second per queued request per slot
+
+    def _toll(self, m, load, service_s: float) -> float:
+        return self.CONGESTION_PRICE * congestion(m, load) * service_s
 
 
 class Oracle(Policy):
@@ -253,7 +279,8 @@ class Oracle(Policy):
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (LearnedPolicy, AlwaysStrongest, StaticTask, MoA, RandomPolicy, RoundRobin,
-                LeastLoaded, InfraHeuristic, InfraTopology, StrongestTopology, Oracle)
+                LeastLoaded, InfraHeuristic, InfraTopology, StrongestTopology, PricedTopology,
+                Oracle)
 }
 
 

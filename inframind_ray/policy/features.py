@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from inframind_ray.policy.base import PoolInfo, QueryInfo, StepContext, SystemState
-from inframind_ray.policy.latency import predict_latency, slots
+from inframind_ray.policy.latency import congestion, latency_terms, slots
 from inframind_ray.workflow.prompts import Strategy
 from inframind_ray.workflow.topology import (
     AGGREGATOR_ROLE,
@@ -32,7 +32,8 @@ PLAN_ACTIONS: tuple[Plan, ...] = (
     Plan.make(Topology.REFLECTION),
     *(Plan.make(Topology.FULLCONNECTED, k) for k in (2, 3, 4)),
 )
-PER_MODEL = 6  # waiting, running, kv_usage, e2e, age, available (+ waiting ahead, per query)
+PER_MODEL = 7  # waiting, running, kv_usage, ttft, e2e, age, available (+ waiting ahead, per query)
+OCCUPANCY = "service"  # the price list's slot-time estimate (policy.latency.latency_terms)
 STALE_MASK_S = 10.0  # executor masks models whose metrics are older than this
 
 
@@ -49,7 +50,7 @@ class FeatureBuilder:
         self.m = len(pool.models)
         self.z_dim = 2 + (PER_MODEL + 1) * self.m
         self.sem_dim = EMB_DIM + len(ROLES) + len(KINDS) + len(TOPOLOGIES)
-        self.res_dim = 3 + (PER_MODEL + 1) * self.m + self.m * len(STRATEGIES) + self.m
+        self.res_dim = 3 + (PER_MODEL + 1) * self.m + 2 * self.m * len(STRATEGIES) + self.m
         self.n_plan = len(PLAN_ACTIONS)
         self.n_exec = self.m * len(STRATEGIES)
 
@@ -59,8 +60,8 @@ class FeatureBuilder:
             ld = state.models[info.name]
             n = slots(info, ld)
             out += [ld.waiting / n, ld.running / n, ld.kv_usage,
-                    min(ld.e2e_s / 10.0, 10.0), min(ld.age(state.now) / 5.0, 10.0),
-                    float(ld.available)]
+                    min(ld.ttft_s / 10.0, 10.0), min(ld.e2e_s / 10.0, 10.0),
+                    min(ld.age(state.now) / 5.0, 10.0), float(ld.available)]
         return np.asarray(out, np.float32)
 
     def _ahead(self, state: SystemState, deadline_in_s: float) -> np.ndarray:
@@ -84,19 +85,25 @@ class FeatureBuilder:
         return {"emb": self._emb(q), "z": z, "mask": np.ones(self.n_plan, np.float32)}
 
     def executor(self, ctx: StepContext) -> dict[str, np.ndarray]:
-        """Semantic and resource pathways, and the mask over (model, strategy)."""
+        """Semantic and resource pathways, and the mask over (model, strategy). Per action the
+        resource pathway has the price list (predicted latency / the budget share of this step)
+        and the congestion toll (queued requests per slot x service seconds: the slot time the
+        call would take from a queue)."""
         sem = np.zeros(self.sem_dim - EMB_DIM, np.float32)
         sem[ROLES.index(ctx.node.role) if ctx.node.role in ROLES else 0] = 1.0
         sem[len(ROLES) + KINDS.index(ctx.node.kind)] = 1.0
         sem[len(ROLES) + len(KINDS) + TOPOLOGIES.index(ctx.plan.topology)] = 1.0
         per_step = max(1e-3, ctx.remaining_budget_s / max(1, ctx.remaining_depth))
-        prices, mask = [], []
+        prices, tolls, mask = [], [], []
         for info in self.pool.models:
             ld = ctx.state.models[info.name]
             ok = ld.available and ld.age(ctx.now) <= STALE_MASK_S
+            cong = congestion(info, ld)
             for s in STRATEGIES:
-                t = predict_latency(info, ld, ctx.prompt_tokens(s), info.expected_tokens[s])
-                prices.append(min(t / per_step, 5.0))
+                service, wait = latency_terms(info, ld, ctx.prompt_tokens(s),
+                                              info.expected_tokens[s], OCCUPANCY)
+                prices.append(min((service + wait) / per_step, 5.0))
+                tolls.append(min(cong * service / 10.0, 10.0))
                 mask.append(float(ok and s in ctx.allowed))
         if not any(mask):  # nothing reported yet: allow every model, keep the strategy mask
             mask = [float(s in ctx.allowed) for _ in self.pool.models for s in STRATEGIES]
@@ -104,7 +111,7 @@ class FeatureBuilder:
         res = np.concatenate([[ctx.remaining_budget_s / 100.0, ctx.remaining_depth / 5.0,
                                min(per_step / 100.0, 10.0)], self._models(ctx.state),
                               self._ahead(ctx.state, ctx.remaining_budget_s),
-                              prices, earlier]).astype(np.float32)
+                              prices, tolls, earlier]).astype(np.float32)
         return {"sem": np.concatenate([self._emb(ctx.query), sem]).astype(np.float32),
                 "res": res, "mask": np.asarray(mask, np.float32)}
 

@@ -17,13 +17,23 @@ def free_slots(info: ModelInfo, load: ModelLoad) -> int:
     return slots(info, load) - load.running - load.waiting
 
 
+def congestion(info: ModelInfo, load: ModelLoad) -> float:
+    """Requests per sequence slot that a new request finds beyond the free slots (0 while one is
+    free): the queue a new arrival deepens."""
+    return max(0.0, (load.running + load.waiting + 1 - slots(info, load)) / slots(info, load))
+
+
 def latency_terms(
-    info: ModelInfo, load: ModelLoad, prompt_tokens: int, out_tokens: float
+    info: ModelInfo, load: ModelLoad, prompt_tokens: int, out_tokens: float,
+    occupancy: str = "e2e",
 ) -> tuple[float, float]:
     """(service, queue wait) seconds of one new request; ``predict_latency`` is their sum.
 
     Queue wait: requests beyond the free sequence slots wait, on average, their share of the
-    in-flight work (e2e EWMA per slot). Service: one prefill iteration and ``out_tokens - 1``
+    in-flight work per slot. ``occupancy`` is how long one request holds a slot: ``"e2e"`` its
+    whole latency EWMA (queue wait included, so the estimate grows fast with the queue: the
+    infra-aware heuristic's cautious view), ``"service"`` the EWMA from first to last token plus
+    one prefill (the slot time alone). Service: one prefill iteration and ``out_tokens - 1``
     decode iterations at the batch size the request will join.
     """
     n_slots = slots(info, load)
@@ -37,14 +47,20 @@ def latency_terms(
     excess = 1 - free_slots(info, load)
     if excess <= 0:
         return service, 0.0
-    per_request = load.e2e_s if load.e2e_s > 0 else service
+    if load.e2e_s <= 0:
+        per_request = service
+    elif occupancy == "service":
+        per_request = max(load.e2e_s - load.ttft_s, 0.0) + p.iteration_time(prompt_tokens, 0, kv)
+    else:
+        per_request = load.e2e_s
     return service, excess / n_slots * per_request
 
 
 def predict_latency(
-    info: ModelInfo, load: ModelLoad, prompt_tokens: int, out_tokens: float
+    info: ModelInfo, load: ModelLoad, prompt_tokens: int, out_tokens: float,
+    occupancy: str = "e2e",
 ) -> float:
     """Predicted seconds from submission to last token of one new request (the analytic price
     list: ``latency_terms`` summed)."""
-    service, wait = latency_terms(info, load, prompt_tokens, out_tokens)
+    service, wait = latency_terms(info, load, prompt_tokens, out_tokens, occupancy)
     return service + wait
