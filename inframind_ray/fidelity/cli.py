@@ -62,6 +62,9 @@ def profile(
     pin: Annotated[bool, typer.Option(
         help="keep this process off the vLLM CPU worker's cores (VLLM_CPU_OMP_THREADS_BIND)"
     )] = True,
+    per_batch: Annotated[bool, typer.Option(
+        help="also fit a decode factor per measured batch size (for engines whose step time "
+             "is not linear in the batch; docs/fidelity.md)")] = False,
 ) -> None:
     """Drive the served model through a grid of batch sizes and prompt/output lengths, record
     per-request TTFT, TPOT and E2E plus the engine's own metrics, and fit the twin's iteration
@@ -109,7 +112,7 @@ def profile(
         return rows, info
 
     rows, info = asyncio.run(go())
-    fp = P.fit(rows)
+    fp = P.fit(rows, per_batch=per_batch)
     hw = hardware or P.hardware_name()
     key = key or f"{model}@{'cpu' if m.engine.kind == 'vllm' and not num_gpus else 'gpu'}" \
                  f"-{m.engine.kind}"
@@ -118,6 +121,49 @@ def profile(
     out.write_text(json.dumps(doc, indent=1) + "\n")
     raw = out.with_suffix(".parquet")
     pd.DataFrame(rows).to_parquet(raw, index=False)
+    _print_profile(key, fp)
+    console.print(f"wrote {out} and {raw} ({len(rows)} requests)")
+
+
+@twin_app.command()
+def refit(
+    raw: Annotated[Path, typer.Argument(help="raw rows (.parquet) written by `twin profile`")],
+    profile: Annotated[Path, typer.Option(
+        "--profile", help="the profile JSON those rows were fitted into (labels, grid)")],
+    out: Annotated[Path, typer.Option(help="new profile JSON")],
+    per_batch: Annotated[bool, typer.Option(
+        help="also fit a decode factor per measured batch size")] = False,
+) -> None:
+    """Refit a profile from recorded `twin profile` measurements, without an engine (e.g. with
+    or without per-batch decode factors)."""
+    import pandas as pd
+
+    from inframind_ray.fidelity import profile as P
+
+    key, entry, _ = P.load_profile(profile)
+    try:
+        rows = pd.read_parquet(raw).to_dict("records")
+    except (OSError, ValueError) as e:
+        raise ConfigError("raw", f"{raw}: not a Parquet file of `twin profile` rows ({e})"
+                          ) from None
+    need = {"status", "batch", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s"}
+    if not rows or not need <= set(rows[0]):
+        raise ConfigError("raw", f"{raw}: expected `twin profile` rows with {sorted(need)}")
+    fp = P.fit(rows, per_batch=per_batch)
+    g = entry.get("fit", {}).get("grid", {})
+    grid = P.GridSpec(tuple(g.get("batches", ())), tuple(g.get("prompts", ())),
+                      tuple(g.get("outputs", ())), int(g.get("repeats", 1)))
+    doc = P.profile_document(key, fp, model=entry.get("measured_model", key),
+                             hardware=entry.get("hardware", "?"),
+                             num_gpus=int(entry.get("num_gpus", 0)),
+                             engine=entry.get("engine", {}), grid=grid)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    _print_profile(key, fp)
+    console.print(f"wrote {out} (refit of {len(rows)} recorded requests)")
+
+
+def _print_profile(key: str, fp) -> None:
     t = Table(title=f"fitted profile {key}")
     for col in ("c0 (ms)", "c_prefill (µs/tok)", "c_decode (µs/seq)", "c_kv (ns/tok)",
                 "front-end d (ms)", "TTFT err med/p90", "TPOT err med/p90", "E2E err med/p90"):
@@ -130,7 +176,9 @@ def profile(
               f"{f['tpot_median_rel_err']:.1%} / {f['tpot_p90_rel_err']:.1%}",
               f"{f['e2e_median_rel_err']:.1%} / {f['e2e_p90_rel_err']:.1%}")
     console.print(t)
-    console.print(f"wrote {out} and {raw} ({len(rows)} requests)")
+    if fp.profile.decode_factors:
+        console.print("decode factors per batch size: " + ", ".join(
+            f"{b}: {x:.3f}" for b, x in fp.profile.decode_factors))
 
 
 @twin_app.command()
@@ -242,6 +290,35 @@ def validate(
             c.twin_fixed = c.twin
             V.anchor_case(c, fp)
         V.replay_twin(c, fp, info, int(kv_tokens))
+        row = V.compare(c)
+        row["twin_kv_capacity_tokens"] = int(kv_tokens)
+        rows.append(row)
+    _write(out, cases, rows, key, infos)
+
+
+@twin_app.command()
+def rescore(
+    run: Annotated[Path, typer.Argument(help="folder of a recorded `twin validate` run")],
+    profile: Annotated[Path, typer.Option("--profile", help="profile JSON to score")],
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/fidelity/rescore"),
+    profile_key: Annotated[str | None, typer.Option(
+        help="profile key if the file holds several")] = None,
+) -> None:
+    """Replay the real side of a recorded `twin validate` run on the twin with another profile,
+    without an engine: the same arrivals, token counts and deadlines, the same table and files
+    as `validate` (no speed anchoring)."""
+    from inframind_ray.fidelity import validate as V
+    from inframind_ray.fidelity.profile import load_profile
+
+    key, _, fp = load_profile(profile, profile_key)
+    cases, infos = V.load_recorded(run)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for c in cases:
+        kv_tokens = V.twin_kv_tokens(infos[c.engine])
+        if not kv_tokens:
+            raise ConfigError("replay", f"{run}: engine {c.engine!r} has no KV capacity")
+        V.replay_twin(c, fp, infos[c.engine], int(kv_tokens))
         row = V.compare(c)
         row["twin_kv_capacity_tokens"] = int(kv_tokens)
         rows.append(row)

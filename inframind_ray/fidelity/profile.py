@@ -128,8 +128,10 @@ def predict_lone(fp: FittedProfile, prompt_tokens: int, output_tokens: int,
     return ttft, ttft + decode
 
 
-def fit(rows: list[dict]) -> FittedProfile:
-    """Non-negative least squares on relative residuals; reports in-sample errors."""
+def fit(rows: list[dict], per_batch: bool = True) -> FittedProfile:
+    """Non-negative least squares on relative residuals; reports in-sample errors. With
+    ``per_batch``, each measured batch size also gets a decode factor: the median ratio of its
+    measured TPOTs to the linear model's (``IterationProfile.decode_factors``)."""
     from scipy.optimize import least_squares, nnls
 
     a, y, kind = _design(rows)
@@ -143,8 +145,18 @@ def fit(rows: list[dict]) -> FittedProfile:
                         loss="soft_l1", f_scale=0.05)
     x = sol.x
     d, c0, cp, cd, ck = (float(v) for v in x)
-    prof = IterationProfile(c0=c0, c_prefill=cp, c_decode=cd, c_kv=ck)
-    rel = np.abs(a @ x - y) / y
+    pred = a @ x
+    factors: tuple[tuple[int, float], ...] = ()
+    if per_batch:
+        tpot = kind == 1
+        sizes = np.unique(a[tpot, 3]).astype(int)
+        factors = tuple((int(b), round(float(np.median(y[tpot & (a[:, 3] == b)]
+                                                      / pred[tpot & (a[:, 3] == b)])), 5))
+                        for b in sizes)
+        for b, f in factors:
+            pred[(kind == 1) & (a[:, 3] == b)] *= f
+    prof = IterationProfile(c0=c0, c_prefill=cp, c_decode=cd, c_kv=ck, decode_factors=factors)
+    rel = np.abs(pred - y) / y
     e2e_err = []
     fp = FittedProfile(prof, d, {})
     for r in rows:
@@ -159,7 +171,9 @@ def fit(rows: list[dict]) -> FittedProfile:
     info = dict(
         source="inframind twin profile (per-request TTFT of lone requests, TPOT of every request)",
         method="relative residuals, scipy nnls start then least_squares soft_l1 (f_scale 0.05),"
-               " bounds >= 0; unknowns d, c0, c_prefill, c_decode, c_kv",
+               " bounds >= 0; unknowns d, c0, c_prefill, c_decode, c_kv"
+               + ("; then per batch size the median measured/linear TPOT ratio (decode_factors)"
+                  if per_batch else ""),
         n_requests=int(sum(r["status"] == "ok" for r in rows)),
         n_failed=int(sum(r["status"] != "ok" for r in rows)),
         n_ttft_eqs=int((kind == 0).sum()), n_tpot_eqs=int((kind == 1).sum()),
@@ -190,6 +204,8 @@ def profile_document(key: str, fp: FittedProfile, *, model: str, hardware: str, 
         measured_model=model, hardware=hardware, num_gpus=num_gpus,
         c0_s=round(pr.c0, 9), c_prefill_s=round(pr.c_prefill, 12),
         c_decode_s=round(pr.c_decode, 12), c_kv_s=round(pr.c_kv, 14),
+        **({"decode_factors": [list(bf) for bf in pr.decode_factors]}
+           if pr.decode_factors else {}),
         request_overhead_s=round(fp.request_overhead_s, 9),
         engine=engine,
         fit={**fp.fit, "grid": dict(batches=list(grid.batches), prompts=list(grid.prompts),
@@ -201,6 +217,19 @@ def profile_document(key: str, fp: FittedProfile, *, model: str, hardware: str, 
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "profiles": {key: entry},
     }
+
+
+def _decode_factors(v: object, where: str) -> tuple[tuple[int, float], ...]:
+    """Validate a profile's optional ``decode_factors``: [[batch size >= 1, factor > 0], ...]
+    with ascending batch sizes."""
+    ok = isinstance(v, list) and all(
+        isinstance(e, list) and len(e) == 2 and isinstance(e[0], int) and e[0] >= 1
+        and not isinstance(e[0], bool) and isinstance(e[1], int | float)
+        and not isinstance(e[1], bool) and math.isfinite(e[1]) and e[1] > 0 for e in v)
+    if not ok or [e[0] for e in v] != sorted({e[0] for e in v}):
+        raise ConfigError("profile", f"{where} must be [[batch size, factor > 0], ...] with "
+                          f"ascending batch sizes, got {v!r}")
+    return tuple((int(b), float(f)) for b, f in v)
 
 
 def load_profile(path: str | Path, key: str | None = None) -> tuple[str, dict, FittedProfile]:
@@ -236,5 +265,7 @@ def load_profile(path: str | Path, key: str | None = None) -> tuple[str, dict, F
     if vals["c0_s"] <= 0:
         raise ConfigError("profile", f"{p}: {key}.c0_s must be > 0")
     prof = IterationProfile(c0=vals["c0_s"], c_prefill=vals["c_prefill_s"],
-                            c_decode=vals["c_decode_s"], c_kv=vals["c_kv_s"])
+                            c_decode=vals["c_decode_s"], c_kv=vals["c_kv_s"],
+                            decode_factors=_decode_factors(entry.get("decode_factors", []),
+                                                           f"{p}: {key}.decode_factors"))
     return key, entry, FittedProfile(prof, vals["request_overhead_s"], entry.get("fit", {}))

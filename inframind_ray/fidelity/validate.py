@@ -21,10 +21,12 @@ beside the anchored ones (docs/fidelity.md has a run of each).
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -232,6 +234,46 @@ def replay_twin(case: Case, fp: FittedProfile, info: EngineInfo, kv_tokens: int)
         case.twin = sorted(rows, key=lambda r: r["i"])
 
     run_simulated(main())
+
+
+def load_recorded(run: Path) -> tuple[list[Case], dict[str, EngineInfo]]:
+    """The real side of a recorded ``twin validate`` run (its folder's validate.json, meta.json,
+    requests.parquet, samples.parquet) as cases to replay on the twin with another profile;
+    ConfigError("replay", ...) if the folder is not such a run."""
+    import pandas as pd
+
+    from inframind_ray.errors import ConfigError
+
+    try:
+        rows = json.loads((run / "validate.json").read_text())
+        meta = json.loads((run / "meta.json").read_text())
+        req = pd.read_parquet(run / "requests.parquet")
+        smp = pd.read_parquet(run / "samples.parquet")
+        infos = {k: EngineInfo(**v) for k, v in meta["engines"].items()}
+        cases = []
+        for row in rows:
+            real = req[(req["case"] == row["case"]) & (req["side"] == "real")].sort_values("i")
+            recs = [{k: v for k, v in r.items() if k not in ("case", "side")}
+                    for r in real.to_dict("records")]
+            for r in recs:
+                r["i"] = int(r["i"])
+            c = Case(row["case"], float(row["rate_per_min"]),
+                     real["arrival_s"].to_numpy(float), real["prompt_tokens"].to_numpy(int),
+                     np.maximum(1, np.nan_to_num(real["output_tokens"].to_numpy(float),
+                                                 nan=1.0)).astype(int),
+                     (real["deadline_s"] - real["arrival_s"]).to_numpy(float),
+                     engine=row.get("engine", "main"), real=recs)
+            c.real_samples = [{k: v for k, v in r.items() if k not in ("case", "side")}
+                              for r in smp[(smp["case"] == c.name) & (smp["side"] == "real")]
+                              .to_dict("records")]
+            if not recs or c.engine not in infos:
+                raise ValueError(f"case {c.name!r} has no real requests or engine")
+            cases.append(c)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError("replay", f"{run} is not a recorded `twin validate` run ({e})") from None
+    if not cases:
+        raise ConfigError("replay", f"{run}/validate.json lists no cases")
+    return cases, infos
 
 
 # --------------------------------------------------------------------------- comparison
