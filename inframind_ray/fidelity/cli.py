@@ -7,13 +7,16 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from inframind_ray.errors import ConfigError
+
+if TYPE_CHECKING:
+    from inframind_ray.fidelity.profile import FittedProfile
 
 twin_app = typer.Typer(add_completion=False, no_args_is_help=True,
                        help="Calibrate the twin on a real engine and measure its fidelity.")
@@ -163,7 +166,8 @@ def refit(
     console.print(f"wrote {out} (refit of {len(rows)} recorded requests)")
 
 
-def _print_profile(key: str, fp) -> None:
+def _print_profile(key: str, fp: FittedProfile) -> None:
+    """The fitted coefficients, in-sample errors and decode factors as a table."""
     t = Table(title=f"fitted profile {key}")
     for col in ("c0 (ms)", "c_prefill (µs/tok)", "c_decode (µs/seq)", "c_kv (ns/tok)",
                 "front-end d (ms)", "TTFT err med/p90", "TPOT err med/p90", "E2E err med/p90"):

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import numpy as np
 
 from inframind_ray.policy.base import (
+    ModelInfo,
+    ModelLoad,
     Policy,
     PoolInfo,
     QueryInfo,
@@ -157,7 +159,7 @@ class InfraHeuristic(Policy):
         """The models this policy may choose from."""
         return candidates(self.pool, ctx)
 
-    def _toll(self, m, load, service_s: float) -> float:
+    def _toll(self, m: ModelInfo, load: ModelLoad, service_s: float) -> float:
         """Expected-accuracy points a call of ``service_s`` slot-seconds costs the queue it
         joins (none here: each call is judged for its own query only)."""
         return 0.0
@@ -244,7 +246,7 @@ class PricedTopology(InfraTopology):
     OCCUPANCY = "service"
     CONGESTION_PRICE = 0.0075  # accuracy points per slot-second per queued request per slot
 
-    def _toll(self, m, load, service_s: float) -> float:
+    def _toll(self, m: ModelInfo, load: ModelLoad, service_s: float) -> float:
         return self.CONGESTION_PRICE * congestion(m, load) * service_s
 
 

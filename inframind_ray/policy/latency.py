@@ -36,7 +36,6 @@ def latency_terms(
     one prefill (the slot time alone). Service: one prefill iteration and ``out_tokens - 1``
     decode iterations at the batch size the request will join.
     """
-    n_slots = slots(info, load)
     per_replica = math.ceil((load.running + 1) / max(1, load.replicas))
     batch = max(1, min(info.max_num_seqs, per_replica))
     kv = load.kv_usage * info.kv_capacity
@@ -44,8 +43,8 @@ def latency_terms(
     service = p.iteration_time(prompt_tokens, batch - 1, kv) + max(0.0, out_tokens - 1) * (
         p.iteration_time(0, batch, kv)
     )
-    excess = 1 - free_slots(info, load)
-    if excess <= 0:
+    queued = congestion(info, load)
+    if queued <= 0:
         return service, 0.0
     if load.e2e_s <= 0:
         per_request = service
@@ -53,7 +52,7 @@ def latency_terms(
         per_request = max(load.e2e_s - load.ttft_s, 0.0) + p.iteration_time(prompt_tokens, 0, kv)
     else:
         per_request = load.e2e_s
-    return service, excess / n_slots * per_request
+    return service, queued * per_request
 
 
 def predict_latency(
