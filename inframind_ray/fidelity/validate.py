@@ -244,6 +244,12 @@ def load_recorded(run: Path) -> tuple[list[Case], dict[str, EngineInfo]]:
 
     from inframind_ray.errors import ConfigError
 
+    def real_side(df: pd.DataFrame, case: str) -> pd.DataFrame:
+        return df[(df["case"] == case) & (df["side"] == "real")].drop(columns=["case", "side"])
+
+    def tokens(col: pd.Series) -> np.ndarray:
+        return np.maximum(1, np.nan_to_num(col.to_numpy(float), nan=1.0)).astype(int)
+
     try:
         rows = json.loads((run / "validate.json").read_text())
         meta = json.loads((run / "meta.json").read_text())
@@ -252,20 +258,13 @@ def load_recorded(run: Path) -> tuple[list[Case], dict[str, EngineInfo]]:
         infos = {k: EngineInfo(**v) for k, v in meta["engines"].items()}
         cases = []
         for row in rows:
-            real = req[(req["case"] == row["case"]) & (req["side"] == "real")].sort_values("i")
-            recs = [{k: v for k, v in r.items() if k not in ("case", "side")}
-                    for r in real.to_dict("records")]
-            for r in recs:
-                r["i"] = int(r["i"])
-            c = Case(row["case"], float(row["rate_per_min"]),
-                     real["arrival_s"].to_numpy(float), real["prompt_tokens"].to_numpy(int),
-                     np.maximum(1, np.nan_to_num(real["output_tokens"].to_numpy(float),
-                                                 nan=1.0)).astype(int),
+            real = real_side(req, row["case"]).sort_values("i")
+            recs = [{**r, "i": int(r["i"])} for r in real.to_dict("records")]
+            c = Case(row["case"], float(row["rate_per_min"]), real["arrival_s"].to_numpy(float),
+                     tokens(real["prompt_tokens"]), tokens(real["output_tokens"]),
                      (real["deadline_s"] - real["arrival_s"]).to_numpy(float),
                      engine=row.get("engine", "main"), real=recs)
-            c.real_samples = [{k: v for k, v in r.items() if k not in ("case", "side")}
-                              for r in smp[(smp["case"] == c.name) & (smp["side"] == "real")]
-                              .to_dict("records")]
+            c.real_samples = real_side(smp, c.name).to_dict("records")
             if not recs or c.engine not in infos:
                 raise ValueError(f"case {c.name!r} has no real requests or engine")
             cases.append(c)
