@@ -120,14 +120,18 @@ class RewardTerms:
     weight: dict[int, float]  # LAMaS l(o)/T per executed node
     toll: dict[int, float]  # congestion toll per node (absent: none)
 
+    def weight_of(self, node: int | None) -> float:
+        """A node's LAMaS weight; the planner's (node None) is 1."""
+        return 1.0 if node is None else self.weight[node]
+
     def toll_of(self, node: int | None) -> float:
         """A node's toll; the planner's (node None) is the sum over its query's calls."""
         return sum(self.toll.values()) if node is None else self.toll.get(node, 0.0)
 
     def reward(self, node: int | None, lam: float) -> float:
         """The reward of the planner (node None) or of one executor node."""
-        w = 1.0 if node is None else self.weight[node]
-        return self.quality - self.baseline - lam * self.cost * w - self.toll_of(node)
+        return (self.quality - self.baseline - lam * self.cost * self.weight_of(node)
+                - self.toll_of(node))
 
 
 @dataclass(frozen=True)
@@ -366,9 +370,9 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         for aid, node in nodes.items():
             if aid not in self.agents or aid in self._finished:
                 continue
-            w = 1.0 if node is None else t.weight[node]
             self._finished[aid] = (t.reward(node, self.cfg.lam),
-                                   {"quality": t.quality, "cost": t.cost, "weight": w,
+                                   {"quality": t.quality, "cost": t.cost,
+                                    "weight": t.weight_of(node),
                                     "baseline": t.baseline, "toll": t.toll_of(node)})
             self._finished_order.append(aid)
         s = self.episode_stats
