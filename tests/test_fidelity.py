@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from inframind_ray.engine.request import EngineRequest
@@ -266,6 +267,19 @@ def test_grid_cells_run_in_a_seeded_random_order() -> None:
     assert shuffled == g.cells() and shuffled != nested
     first_half = {c[0] for c in shuffled[:8]}
     assert len(first_half) > 1  # not one batch size after another
+
+def test_grid_prompt_jitter_draws_new_lengths_within_bounds() -> None:
+    """With jitter, a cell's requests get prompt lengths within +-jitter of the cell's length,
+    (almost) never the same one twice, so each prefill has a new token count as in real traffic;
+    jitter 0 gives the exact length."""
+    rng = np.random.default_rng(0)
+    g = P.GridSpec((1, 8), (128,), (16,), 1, prompt_jitter=0.25)
+    lens = [x for _ in range(20) for x in g.prompt_lengths(128, 8, rng)]
+    assert all(96 <= x <= 160 for x in lens)
+    assert len(set(lens)) > 40  # 160 draws over 65 values: not a handful of fixed shapes
+    exact = P.GridSpec((1, 8), (128,), (16,), 1, prompt_jitter=0.0)
+    assert exact.prompt_lengths(128, 8, rng) == [128] * 8
+
 
 
 SHUF = ROOT / "docs" / "fidelity" / "small-shuffled"  # the docs' recorded run (small model)

@@ -57,6 +57,9 @@ def profile(
     prompts: Annotated[str, typer.Option(help="prompt lengths, tokens")] = "16,128,512",
     outputs: Annotated[str, typer.Option(help="output lengths, tokens")] = "16,64,256",
     repeats: Annotated[int, typer.Option(help="repetitions of the grid")] = 2,
+    prompt_jitter: Annotated[float, typer.Option(
+        help="draw each prompt length within +-this fraction of its cell's length, so every "
+             "prefill has a new token count as in real traffic (0 = exact lengths)")] = 0.25,
     key: Annotated[str | None, typer.Option(
         help="profile key in the file (default MODEL@HOST-ENGINE)")] = None,
     hardware: Annotated[str | None, typer.Option(
@@ -88,9 +91,11 @@ def profile(
     )
 
     grid = P.GridSpec(_ints(batches, "batches"), _ints(prompts, "prompts"),
-                      _ints(outputs, "outputs"), repeats)
+                      _ints(outputs, "outputs"), repeats, prompt_jitter)
     if repeats < 1:
         raise ConfigError("repeats", "must be >= 1")
+    if not 0 <= prompt_jitter < 1:
+        raise ConfigError("prompt-jitter", "must be in [0, 1)")
     pool, m = load_model(str(config), model)
     m = model_with(m, max_num_seqs=max(grid.batches))
     out = out or Path(f"runs/fidelity/profile-{model}.json")
@@ -155,7 +160,8 @@ def refit(
     fp = P.fit(rows, per_batch=per_batch)
     g = entry.get("fit", {}).get("grid", {})
     grid = P.GridSpec(tuple(g.get("batches", ())), tuple(g.get("prompts", ())),
-                      tuple(g.get("outputs", ())), int(g.get("repeats", 1)))
+                      tuple(g.get("outputs", ())), int(g.get("repeats", 1)),
+                      float(g.get("prompt_jitter", 0.0)))
     doc = P.profile_document(key, fp, model=entry.get("measured_model", key),
                              hardware=entry.get("hardware", "?"),
                              num_gpus=int(entry.get("num_gpus", 0)),

