@@ -92,8 +92,9 @@ async def run_grid(engine: Engine, make_prompt: Callable[[int], str], grid: Grid
     cells = grid.cells()
     rng = np.random.default_rng(1)
     for k, (b, p, o, rep) in enumerate(cells):
+        lengths = grid.prompt_lengths(p, b, rng)
         reqs = [GenerateRequest(f"g{k}-{i}", make_prompt(pi), o, time.time() + 600)
-                for i, pi in enumerate(grid.prompt_lengths(p, b, rng))]
+                for i, pi in enumerate(lengths)]
         t0 = time.time()
         res = await asyncio.gather(*[engine.generate(r) for r in reqs])
         st = engine.stats()
@@ -101,7 +102,8 @@ async def run_grid(engine: Engine, make_prompt: Callable[[int], str], grid: Grid
             tpot = ((r.latency_s - r.ttft_s) / (r.output_tokens - 1)
                     if r.ttft_s is not None and r.output_tokens > 1 else float("nan"))
             rows.append(dict(
-                cell=k, batch=b, prompt_target=p, output_target=o, repeat=rep, index=i,
+                cell=k, batch=b, prompt_target=p, prompt_requested=lengths[i],
+                output_target=o, repeat=rep, index=i,
                 request_id=r.request_id, status=r.status, prompt_tokens=r.prompt_tokens,
                 output_tokens=r.output_tokens, ttft_s=r.ttft_s if r.ttft_s is not None else
                 float("nan"), e2e_s=r.latency_s, tpot_s=tpot, preemptions=r.preemptions,
