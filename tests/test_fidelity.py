@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from inframind_ray.engine.request import EngineRequest
@@ -79,8 +80,13 @@ def measured(tmp_path_factory) -> dict:
     grid = P.GridSpec(batches=(1, 2), prompts=(16, 256), outputs=(8, 64), repeats=2)
 
     async def go() -> dict:
+        from inframind_ray.fidelity.cli import calibrate_engine
+
         async with open_engine(m, pool) as (engine, info):
             rows = await P.run_grid(engine, maker.make, grid)
+            small = P.GridSpec(batches=(1, 2, 4), prompts=(16, 128), outputs=(8, 32), repeats=1)
+            await calibrate_engine(engine, info, maker, tmp / "cal.json", "tiny@calibrated",
+                                   str(model), small)
             fresh = []
             for k in range(5):  # fresh single requests (out of sample)
                 r = await engine.generate(GenerateRequest(f"fresh-{k}", maker.make(200), 48,
@@ -102,6 +108,26 @@ def test_profile_rows_and_engine_info(measured: dict) -> None:
                for r in rows)  # the default prompt jitter
     assert info.max_num_seqs == 2 and info.kv_capacity_tokens > 1024
     assert info.max_batched_tokens >= 256 and info.block_size >= 1
+
+
+def test_validate_calibration_profiles_the_engine_it_validates(measured: dict) -> None:
+    """`validate --calibrate` fits a profile on the engine under test, keeping only batch sizes
+    it has slots for (2 here), and writes it with its raw rows."""
+    key, entry, fp = P.load_profile(measured["tmp"] / "cal.json")
+    assert key == "tiny@calibrated" and entry["engine"]["max_num_seqs"] == 2
+    assert entry["fit"]["grid"]["batches"] == [1, 2] and entry["fit"]["n_requests"] == 12
+    assert fp.profile.c0 > 0 and fp.request_overhead_s >= 0
+    rows = pd.read_parquet(measured["tmp"] / "cal.parquet")
+    assert len(rows) == 12 and set(rows["batch"]) == {1, 2} and (rows["status"] == "ok").all()
+
+
+def test_validate_needs_exactly_one_profile_source(tmp_path: Path) -> None:
+    cfg = str(ROOT / "deployments" / "vllm_cpu_pool.yaml")
+    _assert_one_line_failure(_cli("-c", cfg, "--model", "tiny"), "--profile", "--calibrate")
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(GOOD_PROFILE))
+    _assert_one_line_failure(_cli("-c", cfg, "--model", "tiny", "--profile", str(prof),
+                                  "--calibrate"), "either")
 
 
 def test_profile_to_twin_round_trip(measured: dict, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from rich.table import Table
 from inframind_ray.errors import ConfigError
 
 if TYPE_CHECKING:
-    from inframind_ray.fidelity.profile import FittedProfile
+    from inframind_ray.fidelity.profile import FittedProfile, GridSpec
 
 twin_app = typer.Typer(add_completion=False, no_args_is_help=True,
                        help="Calibrate the twin on a real engine and measure its fidelity.")
@@ -195,7 +195,8 @@ def _print_profile(key: str, fp: FittedProfile) -> None:
 def validate(
     config: ConfigOpt,
     model: ModelOpt,
-    profile: Annotated[Path, typer.Option("--profile", help="profile JSON from `twin profile`")],
+    profile: Annotated[Path | None, typer.Option(
+        "--profile", help="profile JSON from `twin profile` (or --calibrate)")] = None,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/fidelity/validate"),
     rates: Annotated[str, typer.Option(help="Poisson rates, req/min (light to saturated)")] = (
         "60,180,300"),
@@ -221,6 +222,10 @@ def validate(
     anchor: Annotated[bool, typer.Option(
         help="re-anchor the profile's speed per case with lone probe requests run just before "
              "and after it (the fixed profile's errors are reported beside)")] = False,
+    calibrate: Annotated[bool, typer.Option(
+        help="instead of --profile, profile each engine (the default grid, batches up to its "
+             "slots) right before its cases, on the same engine; the fits go to "
+             "OUT/profile-ENGINE.json")] = False,
 ) -> None:
     """Replay the same arrivals (Poisson per rate, a bursty trace, mixed deadlines, a small KV
     cache) against the real engine and the twin with the fitted profile; report per-request TTFT
@@ -229,9 +234,12 @@ def validate(
     Writes OUT/validate.json (one row per case), OUT/requests.parquet, OUT/samples.parquet,
     OUT/latency_cdf.png and OUT/queue_depth.png, and prints a table.
     """
-    from inframind_ray.fidelity.profile import load_profile
+    from inframind_ray.fidelity import profile as P
 
-    key, entry, fp = load_profile(profile, profile_key)  # malformed profile: fail before engines
+    if calibrate == (profile is not None):
+        raise ConfigError("profile", "give either --profile FILE or --calibrate")
+    key, entry, fp = (f"{model}@calibrated", {}, None) if profile is None else \
+        P.load_profile(profile, profile_key)  # malformed profile: fail before any engine
     rate_vals = _floats(rates, "rates")
     if requests < 2:
         raise ConfigError("requests", "must be >= 2")
@@ -253,6 +261,7 @@ def validate(
     if pin and (cores := pin_driver(m)):
         console.print(f"driver pinned to cores {sorted(cores)}")
     infos = {}
+    fps = {}
 
     async def run_on(mcfg, label: str, group: list) -> None:
         with console.status(f"starting engine {mcfg.name!r} ({label})"):
@@ -261,6 +270,11 @@ def validate(
         infos[label] = info
         console.print(f"engine {label}: {info.as_dict()}")
         try:
+            fps[label] = fp
+            if calibrate:
+                fps[label] = await calibrate_engine(
+                    engine, info, maker, out / f"profile-{label}.json", key,
+                    getattr(mcfg.engine, "model", model))
             probe: list[dict] = []
             if anchor:
                 with console.status("speed probe"):
@@ -295,15 +309,40 @@ def validate(
         if not kv_tokens:
             raise ConfigError("kv_capacity_tokens", f"unknown for {m.name!r}; set it in the "
                               "deployment file")
+        cfp = fps[c.engine]
         if anchor:
-            V.replay_twin(c, fp, info, int(kv_tokens))  # c.speed is 1 here: the fixed profile
+            V.replay_twin(c, cfp, info, int(kv_tokens))  # c.speed is 1 here: the fixed profile
             c.twin_fixed = c.twin
-            V.anchor_case(c, fp)
-        V.replay_twin(c, fp, info, int(kv_tokens))
+            V.anchor_case(c, cfp)
+        V.replay_twin(c, cfp, info, int(kv_tokens))
         row = V.compare(c)
         row["twin_kv_capacity_tokens"] = int(kv_tokens)
         rows.append(row)
     _write(out, cases, rows, key, infos)
+
+
+async def calibrate_engine(engine, info, maker, path: Path, key: str, measured_model: str,
+                           grid: GridSpec | None = None) -> FittedProfile:
+    """Profile a started engine on ``grid`` (default: the default grid), keeping only batch
+    sizes up to its slots; fit, and write the profile (and its raw rows as .parquet) to
+    ``path``."""
+    import pandas as pd
+
+    from inframind_ray.fidelity import profile as P
+
+    d = grid or P.GridSpec()
+    grid = P.GridSpec(tuple(b for b in d.batches if b <= info.max_num_seqs) or (1,),
+                      d.prompts, d.outputs, d.repeats, d.prompt_jitter)
+    with console.status(f"calibrating on {len(grid.cells())} grid cells") as st:
+        rows = await P.run_grid(engine, maker.make, grid,
+                                lambda k, n, cell: st.update(f"calibration cell {k}/{n}"))
+    fp = P.fit(rows, per_batch=False)
+    doc = P.profile_document(key, fp, model=measured_model, hardware=P.hardware_name(),
+                             num_gpus=0, engine=info.as_dict(), grid=grid)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    pd.DataFrame(rows).to_parquet(path.with_suffix(".parquet"), index=False)
+    _print_profile(key, fp)
+    return fp
 
 
 @twin_app.command()
