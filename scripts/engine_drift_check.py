@@ -53,11 +53,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--slots", default="2,8,2,8", help="max_num_seqs of each engine start")
     args = ap.parse_args()
+    from inframind_ray.errors import InframindError
     from inframind_ray.fidelity.real import load_model, pin_driver
 
     pin_driver(load_model(DEPLOYMENT, "tiny")[1])
-    for s in (int(x) for x in args.slots.split(",")):
-        print(asyncio.run(one_engine(s)), flush=True)
+    try:
+        for s in (int(x) for x in args.slots.split(",")):
+            print(asyncio.run(one_engine(s)), flush=True)
+    except (InframindError, ValueError) as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":

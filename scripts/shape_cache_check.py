@@ -33,7 +33,10 @@ def kernels(seed: int) -> dict:
     import torch
     from vllm import _custom_ops as ops
 
-    cfg = json.loads(Path("~/.cache/inframind_ray/tiny-llama/config.json").expanduser().read_text())
+    path = Path("~/.cache/inframind_ray/tiny-llama/config.json").expanduser()
+    if not path.exists():
+        raise SystemExit(f"error: {path} missing (build it: python scripts/build_tiny_model.py)")
+    cfg = json.loads(path.read_text())
     h, inter = cfg["hidden_size"], cfg["intermediate_size"]
     heads = cfg["num_attention_heads"] + 2 * cfg["num_key_value_heads"]
     shapes = [(heads * cfg["head_dim"], h), (h, h), (2 * inter, h), (h, inter)]
@@ -99,10 +102,14 @@ def main() -> None:
     if args.kernels:
         out = kernels(args.seed)
     else:
+        from inframind_ray.errors import InframindError
         from inframind_ray.fidelity.real import load_model, pin_driver
 
         pin_driver(load_model(DEPLOYMENT, "tiny")[1])
-        out = asyncio.run(engine_check(args.seed, args.pairs))
+        try:
+            out = asyncio.run(engine_check(args.seed, args.pairs))
+        except InframindError as e:
+            raise SystemExit(f"error: {e}") from None
     print(json.dumps(out, indent=1))
 
 
