@@ -144,10 +144,7 @@ def refit(
     if not rows or not need <= set(rows[0]):
         raise ConfigError("raw", f"{raw}: expected `twin profile` rows with {sorted(need)}")
     fp = P.fit(rows, per_batch=per_batch)
-    g = entry.get("fit", {}).get("grid", {})
-    grid = P.GridSpec(tuple(g.get("batches", ())), tuple(g.get("prompts", ())),
-                      tuple(g.get("outputs", ())), int(g.get("repeats", 1)),
-                      float(g.get("prompt_jitter", 0.0)))
+    grid = P.GridSpec.from_dict(entry.get("fit", {}).get("grid", {}))
     doc = P.profile_document(key, fp, model=entry.get("measured_model", key),
                              hardware=entry.get("hardware", "?"),
                              num_gpus=int(entry.get("num_gpus", 0)),
@@ -256,11 +253,9 @@ def validate(
         infos[label] = info
         console.print(f"engine {label}: {info.as_dict()}")
         try:
-            fps[label] = fp
-            if calibrate:
-                fps[label] = await calibrate_engine(
-                    engine, info, maker, out / f"profile-{label}.json", key,
-                    getattr(mcfg.engine, "model", model))
+            fps[label] = await calibrate_engine(
+                engine, info, maker, out / f"profile-{label}.json", key,
+                getattr(mcfg.engine, "model", model)) if calibrate else fp
             probe: list[dict] = []
             if anchor:
                 with console.status("speed probe"):
@@ -300,11 +295,16 @@ def validate(
             V.replay_twin(c, cfp, info, int(kv_tokens))  # c.speed is 1 here: the fixed profile
             c.twin_fixed = c.twin
             V.anchor_case(c, cfp)
-        V.replay_twin(c, cfp, info, int(kv_tokens))
-        row = V.compare(c)
-        row["twin_kv_capacity_tokens"] = int(kv_tokens)
-        rows.append(row)
+        rows.append(_score(c, cfp, info, int(kv_tokens)))
     _write(out, cases, rows, key, infos)
+
+
+def _score(case, fp: FittedProfile, info, kv_tokens: int) -> dict:
+    """Replay one case's real side on the twin and compare: its validate.json row."""
+    from inframind_ray.fidelity import validate as V
+
+    V.replay_twin(case, fp, info, kv_tokens)
+    return {**V.compare(case), "twin_kv_capacity_tokens": kv_tokens}
 
 
 async def calibrate_engine(engine, info, maker, path: Path, key: str, measured_model: str,
@@ -313,13 +313,15 @@ async def calibrate_engine(engine, info, maker, path: Path, key: str, measured_m
     """Profile a started engine on ``grid`` (default: the default grid), keeping only batch
     sizes up to its slots; fit, write the profile to ``path`` and its raw rows next to it as
     .parquet, print the fit. `twin profile` and `twin validate --calibrate` both use it."""
+    import dataclasses
+
     import pandas as pd
 
     from inframind_ray.fidelity import profile as P
 
-    d = grid or P.GridSpec()
-    grid = P.GridSpec(tuple(b for b in d.batches if b <= info.max_num_seqs) or (1,),
-                      d.prompts, d.outputs, d.repeats, d.prompt_jitter)
+    grid = grid or P.GridSpec()
+    grid = dataclasses.replace(
+        grid, batches=tuple(b for b in grid.batches if b <= info.max_num_seqs) or (1,))
     with console.status("grid") as st:
         def tick(k: int, n: int, cell: tuple) -> None:
             st.update(f"grid cell {k}/{n}: batch {cell[0]}, prompt {cell[1]}, output {cell[2]}")
@@ -359,10 +361,7 @@ def rescore(
         kv_tokens = V.twin_kv_tokens(infos[c.engine])
         if not kv_tokens:
             raise ConfigError("replay", f"{run}: engine {c.engine!r} has no KV capacity")
-        V.replay_twin(c, fp, infos[c.engine], int(kv_tokens))
-        row = V.compare(c)
-        row["twin_kv_capacity_tokens"] = int(kv_tokens)
-        rows.append(row)
+        rows.append(_score(c, fp, infos[c.engine], int(kv_tokens)))
     _write(out, cases, rows, key, infos)
 
 

@@ -60,6 +60,19 @@ class GridSpec:
         j = self.prompt_jitter
         return [max(1, int(round(p * u))) for u in rng.uniform(1 - j, 1 + j, b)]
 
+    def as_dict(self) -> dict:
+        """The grid as written in a profile file's ``fit.grid``."""
+        return dict(batches=list(self.batches), prompts=list(self.prompts),
+                    outputs=list(self.outputs), repeats=self.repeats,
+                    prompt_jitter=self.prompt_jitter)
+
+    @classmethod
+    def from_dict(cls, g: dict) -> GridSpec:
+        """Inverse of :meth:`as_dict`; a grid without ``prompt_jitter`` ran exact lengths."""
+        return cls(tuple(g.get("batches", ())), tuple(g.get("prompts", ())),
+                   tuple(g.get("outputs", ())), int(g.get("repeats", 1)),
+                   float(g.get("prompt_jitter", 0.0)))
+
     def cells(self, seed: int | None = 0) -> list[tuple[int, int, int, int]]:
         """(batch, prompt, output, repeat) per cell, in a seeded random order (None: nested
         order). A CPU host's speed drifts over minutes; in nested order a slow spell lands on
@@ -224,9 +237,7 @@ def profile_document(key: str, fp: FittedProfile, *, model: str, hardware: str, 
            if pr.decode_factors else {}),
         request_overhead_s=round(fp.request_overhead_s, 9),
         engine=engine,
-        fit={**fp.fit, "grid": dict(batches=list(grid.batches), prompts=list(grid.prompts),
-                                    outputs=list(grid.outputs), repeats=grid.repeats,
-                                    prompt_jitter=grid.prompt_jitter)},
+        fit={**fp.fit, "grid": grid.as_dict()},
     )
     return {
         "model": "t_iter = c0 + c_prefill*P + c_decode*B + c_kv*K (seconds); TTFT and E2E also "
