@@ -83,7 +83,7 @@ def main() -> None:
                     acc += a.shrink * (preds[m.name][i] - acc)
                 for s in ctx.allowed:
                     service, wait = latency_terms(m, load, ctx.prompt_tokens(s),
-                                                  m.expected_tokens[s], self.OCCUPANCY)
+                                                  self.call_tokens(m, s), self.OCCUPANCY)
                     t = service + wait
                     if t < fastest_t:
                         fastest, fastest_t = StepDecision(m.name, s), t

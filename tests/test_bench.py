@@ -210,9 +210,12 @@ def test_priced_topology_sheds_the_queries_that_gain_least(pool):
     deep = (big, Strategy.DEEPTHINK)
     for cat in ("law", "biology", "psychology"):
         assert (decide(cat, 0).model, decide(cat, 0).strategy) == deep
-    shed = decide("law", 11)
+    # its DeepThink calls carry the model's token budget, below the serving cap
+    assert decide("law", 0).max_tokens == info[big].budget_tokens
+    assert info[big].budget_tokens < info[big].max_tokens[Strategy.DEEPTHINK]
+    shed = decide("law", 13)
     assert (shed.model, shed.strategy) != deep
-    assert (decide("biology", 11).model, decide("biology", 11).strategy) == deep
+    assert (decide("biology", 13).model, decide("biology", 13).strategy) == deep
     moved = decide("psychology", 41)
     assert moved.model != big and moved.strategy is Strategy.DEEPTHINK
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from inframind_ray.policy.base import ModelLoad, StepContext, SystemState
+from inframind_ray.policy.base import ModelLoad, StepContext, StepDecision, SystemState
 from inframind_ray.policy.features import PLAN_ACTIONS, FeatureBuilder
 from inframind_ray.policy.learned import CheckpointError, LearnedPolicy
 from inframind_ray.twin.backend import TwinBackend
@@ -18,9 +18,9 @@ from inframind_ray.twin.outcome import OutcomeModel
 from inframind_ray.twin.pool import build_engines, build_pool_info
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import WorkloadSpec, make_queries
-from inframind_ray.workflow.prompts import Strategy
+from inframind_ray.workflow.prompts import Strategy, extract_answer
 from inframind_ray.workflow.runner import run_query
-from inframind_ray.workflow.topology import Plan, Topology, build_graph
+from inframind_ray.workflow.topology import NodeKind, Plan, Topology, build_graph
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +93,50 @@ def test_runs_in_the_twin(setup):
     results, _ = run_simulated(main())
     assert len(results) == len(queries)
     assert all(r.steps and r.steps[-1].model in info.names for r in results)
+
+
+def test_token_budget(setup, tmp_path):
+    """A policy with a token budget caps its DeepThink calls below the serving cap, prices them
+    with the capped length, keeps the setting through a checkpoint, and the twin cuts a call
+    at the budget (a cut answer says nothing)."""
+    _, outcome, info, queries = setup
+    m = info["llama-3.1-70b"]
+    cap = m.max_tokens[Strategy.DEEPTHINK]
+    assert 0 < m.budget_tokens < cap
+    assert m.budget_expected_tokens < m.expected_tokens[Strategy.DEEPTHINK]
+    assert m.call_tokens(Strategy.DEEPTHINK, True) == m.budget_expected_tokens
+    assert m.call_tokens(Strategy.CONCISE, True) == m.expected_tokens[Strategy.CONCISE]
+
+    plan = Plan.make(Topology.COT)
+    ctx = StepContext(queries[0], plan, build_graph(plan).nodes[0], 1, 0.0, _state(info))
+    capped, free = LearnedPolicy(info, seed=0, token_budget=True), LearnedPolicy(info, seed=0)
+    d, e = capped.decide(ctx), free.decide(ctx)  # same weights, same choice
+    assert (d.model, d.strategy) == (e.model, e.strategy) and e.max_tokens is None
+    if d.strategy is Strategy.DEEPTHINK:
+        assert d.max_tokens == info[d.model].budget_tokens
+    else:
+        assert d.max_tokens is None
+    # the price list sees the capped expectation
+    assert not np.array_equal(capped.features.executor(ctx)["res"],
+                              free.features.executor(ctx)["res"])
+
+    capped.save(tmp_path / "ck")
+    assert LearnedPolicy.load(tmp_path / "ck", info).token_budget
+    spec = (tmp_path / "ck" / "spec.json")
+    spec.write_text(spec.read_text().replace('"token_budget": true', '"x": 0'))
+    assert not LearnedPolicy.load(tmp_path / "ck", info).token_budget  # older checkpoints
+
+    class TooLong(LearnedPolicy):
+        def _decide(self, c):
+            return StepDecision(m.name, Strategy.DEEPTHINK, cap + 1)
+
+    with pytest.raises(ValueError, match="max_tokens"):
+        TooLong(info).decide(ctx)
+
+    # an item whose recorded 70B answer is longer than the budget: cut, no answer
+    lengths = outcome._full[m.name]
+    item = next(int(q) for q, n in zip(outcome.qids, lengths, strict=True)
+                if n > m.budget_tokens)
+    text, tokens = outcome.reply(item, m.name, Strategy.DEEPTHINK, NodeKind.SOLVER, [],
+                                 m.budget_tokens)
+    assert tokens == m.budget_tokens and extract_answer(text) is None

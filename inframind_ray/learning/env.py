@@ -84,6 +84,9 @@ class EnvConfig(BaseModel):
     latency EWMAs as if it had served load before (``pool_history``). Without it the models a
     policy leaves idle always report zero latency in training, and a served pool, where every
     model has served something, is out of distribution."""
+    token_budget: bool = True
+    """The policy caps DeepThink calls at each model's token budget (``Policy.token_budget``,
+    policy/base.py) and its price list expects the capped lengths."""
     counterfactual_baseline: bool = False
     """Subtract from every decision's reward whether the strongest model alone (DeepThink) answers
     the item right, read from the recorded answers (``reward_terms``). It does not depend on
@@ -164,6 +167,7 @@ class _Bridge(Policy):
     def __init__(self, env: TwinOrchestrationEnv) -> None:
         super().__init__(env.info)
         self.env = env
+        self.token_budget = env.cfg.token_budget
 
     def _ask(self, aid: str, obs: dict) -> int:
         if self.env._draining:
@@ -195,7 +199,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         self.pool = load_pool(self.cfg.pool)
         self.outcome = OutcomeModel({m.name: m.recorded for m in self.pool.models})
         self.info = build_pool_info(self.pool, self.outcome)
-        self.features = f = FeatureBuilder(self.info)
+        self.features = f = FeatureBuilder(self.info, self.cfg.token_budget)
         n = self.cfg.queries_per_episode
         box = lambda d: gym.spaces.Box(-np.inf, np.inf, (d,), np.float32)  # noqa: E731
         mask = lambda d: gym.spaces.Box(0.0, 1.0, (d,), np.float32)  # noqa: E731

@@ -164,13 +164,13 @@ def _set_learner_nets(algo, nets: dict) -> None:
                                        inference_only=True)
 
 
-def export_policy(algo, pool_info, hidden: int, path: Path) -> Path:
+def export_policy(algo, pool_info, hidden: int, path: Path, token_budget: bool = False) -> Path:
     """Write the learner's current nets as a LearnedPolicy checkpoint."""
     from inframind_ray.learning.modules import EXECUTOR, PLANNER
     from inframind_ray.policy.learned import LearnedPolicy
 
     nets = _learner_nets(algo)
-    pol = LearnedPolicy(pool_info, hidden=hidden)
+    pol = LearnedPolicy(pool_info, hidden=hidden, token_budget=token_budget)
     pol.planner.load_state_dict(nets[PLANNER])
     pol.executor.load_state_dict(nets[EXECUTOR])
     return pol.save(path)
@@ -248,7 +248,8 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
             history = [h for h in history if h["iteration"] <= start]
         else:
             metrics_path.write_text("")
-            untrained = LearnedPolicy(info, seed=cfg.seed, hidden=cfg.hidden)
+            untrained = LearnedPolicy(info, seed=cfg.seed, hidden=cfg.hidden,
+                                    token_budget=cfg.env.token_budget)
             untrained_ckpt = untrained.save(out / "checkpoints" / "untrained")
             row = {"iteration": 0, "phase": "untrained",
                    "eval": evaluate(cfg, untrained_ckpt)}
@@ -256,14 +257,16 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
                 ws = cfg.warm_start
                 demos = collect(env, ws.teacher, ws.episodes, cfg.seed, cfg.lagrangian.lam_init,
                                 progress)
-                pol = LearnedPolicy(info, seed=cfg.seed, hidden=cfg.hidden)
+                pol = LearnedPolicy(info, seed=cfg.seed, hidden=cfg.hidden,
+                                    token_budget=cfg.env.token_budget)
                 acc_p = fit(pol.planner, demos["planner"], ("emb", "z"), ws.epochs, ws.lr,
                             cfg.seed)
                 acc_e = fit(pol.executor, demos["executor"], ("sem", "res"), ws.epochs, ws.lr,
                             cfg.seed)
                 _set_learner_nets(algo, {PLANNER: pol.planner.state_dict(),
                                          EXECUTOR: pol.executor.state_dict()})
-                ckpt = export_policy(algo, info, cfg.hidden, out / "checkpoints" / "iter_0")
+                ckpt = export_policy(algo, info, cfg.hidden, out / "checkpoints" / "iter_0",
+                                     cfg.env.token_budget)
                 row = {"iteration": 0, "phase": "warm_start", "teacher": ws.teacher,
                        "demos": {k: len(v) for k, v in demos.items()},
                        "imitation_accuracy": {"planner": round(acc_p, 4),
@@ -274,7 +277,8 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
             r = algo.train()
             row = _iteration_row(it + 1, r, time.perf_counter() - t0)
             if (it + 1) % cfg.eval.every == 0 or it + 1 == cfg.ppo.iterations:
-                ckpt = export_policy(algo, info, cfg.hidden, out / "checkpoints" / f"iter_{it+1}")
+                ckpt = export_policy(algo, info, cfg.hidden, out / "checkpoints" / f"iter_{it+1}",
+                                     cfg.env.token_budget)
                 row["eval"] = evaluate(cfg, ckpt)
             _log_row(row, history, metrics_path, on_row)
             algo.save_to_path(str(rllib_dir.resolve()))

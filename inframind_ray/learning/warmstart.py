@@ -59,7 +59,7 @@ def collect(env, teacher_name: str, episodes: int, seed: int, lam: float,
             progress: bool = True) -> dict[str, list]:
     """Run the teacher on ``episodes`` randomised env episodes; return planner and executor
     samples as (obs, action, return) lists."""
-    student = LearnedPolicy(env.info)
+    student = LearnedPolicy(env.info, token_budget=env.cfg.token_budget)
     out: dict[str, list] = {"planner": [], "executor": []}
     rng = np.random.default_rng(seed)
     with Progress(disable=not progress) as bar:

@@ -11,7 +11,7 @@ import bisect
 import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -20,6 +20,14 @@ from inframind_ray.engine.profile import IterationProfile
 from inframind_ray.engine.request_queue import SLACK_CAP
 from inframind_ray.workflow.prompts import Strategy
 from inframind_ray.workflow.topology import AgentNode, Plan, Topology
+
+TOKEN_BUDGET_QUANTILE = 0.98
+"""A policy with ``token_budget`` caps each DeepThink call at this quantile of the model's
+recorded answer lengths (train split), not at the serving cap (assumptions.MAX_TOKENS_QUANTILE).
+The longest answers are mostly wrong: the 70B's longest 2 % (over 525 tokens) are right 12.6 %
+of the time against 62.5 % overall; 16 % of its output tokens lie beyond that length, and
+0.4 % of its correct answers. Chosen on the validation split among 0.95 / 0.97 / 0.98 / 0.99
+(scripts/token_budget_check.py, docs/learning.md)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,16 @@ class ModelInfo:
     expected_tokens: Mapping[Strategy, float]
     accuracy_by_category: Mapping[str, float]  # fitted on the TRAIN split only
     accuracy: float  # train-split accuracy of its step-by-step answers
+    # DeepThink output budget of policies that cap it (``Policy.token_budget``): the
+    # TOKEN_BUDGET_QUANTILE of its train-split answer lengths, and its expected output under it
+    budget_tokens: int = 0  # 0: no budget known, the strategy's cap applies
+    budget_expected_tokens: float = 0.0
+
+    def call_tokens(self, strategy: Strategy, token_budget: bool = False) -> float:
+        """Expected output tokens of one call (under the DeepThink budget if ``token_budget``)."""
+        if token_budget and strategy is Strategy.DEEPTHINK and self.budget_tokens:
+            return self.budget_expected_tokens
+        return self.expected_tokens[strategy]
 
 
 @dataclass(frozen=True)
@@ -191,16 +209,22 @@ class StepDecision:
 
     model: str
     strategy: Strategy
+    max_tokens: int | None = None  # a tighter output budget than the strategy's cap; None: the cap
 
 
 class Policy(ABC):
     """Planner + executor. Subclasses implement ``_plan`` and ``_decide``."""
 
     name: ClassVar[str] = "policy"
+    token_budget: bool = False  # cap DeepThink calls at ModelInfo.budget_tokens
 
     def __init__(self, pool: PoolInfo, seed: int = 0) -> None:
         self.pool = pool
         self.seed = seed
+
+    def call_tokens(self, info: ModelInfo, strategy: Strategy) -> float:
+        """Expected output tokens of a call this policy makes."""
+        return info.call_tokens(strategy, self.token_budget)
 
     def plan(self, query: QueryInfo, state: SystemState) -> Plan:
         """Choose topology, K and roles once per query. Do not override."""
@@ -218,6 +242,14 @@ class Policy(ABC):
             raise ValueError(f"{self.name}: chose unknown model {d.model!r}")
         if d.strategy not in ctx.allowed:
             raise ValueError(f"{self.name}: strategy {d.strategy.value} not allowed here")
+        info = self.pool[d.model]
+        cap = info.max_tokens[d.strategy]
+        if (self.token_budget and d.max_tokens is None and d.strategy is Strategy.DEEPTHINK
+                and info.budget_tokens):
+            d = replace(d, max_tokens=min(cap, info.budget_tokens))
+        if d.max_tokens is not None and not 1 <= d.max_tokens <= cap:
+            raise ValueError(f"{self.name}: max_tokens {d.max_tokens} outside [1, {cap}] for "
+                             f"{d.model} {d.strategy.value}")
         return d
 
     @abstractmethod

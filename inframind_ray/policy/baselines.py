@@ -171,8 +171,8 @@ class InfraHeuristic(Policy):
             load = ctx.state.models[m.name]
             acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
             for s in ctx.allowed:
-                service, wait = latency_terms(m, load, ctx.prompt_tokens(s), m.expected_tokens[s],
-                                              self.OCCUPANCY)
+                service, wait = latency_terms(m, load, ctx.prompt_tokens(s),
+                                              self.call_tokens(m, s), self.OCCUPANCY)
                 t = service + wait
                 if t < fastest_t:
                     fastest, fastest_t = StepDecision(m.name, s), t
@@ -211,7 +211,7 @@ class InfraTopology(InfraHeuristic):
             load = ctx.state.models[m.name]
             acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
             if (free_slots(m, load) >= 1 and acc > best_acc and s in ctx.allowed
-                    and predict_latency(m, load, ctx.prompt_tokens(s), m.expected_tokens[s],
+                    and predict_latency(m, load, ctx.prompt_tokens(s), self.call_tokens(m, s),
                                         self.OCCUPANCY) <= per_step):
                 best, best_acc = m.name, acc
         return StepDecision(best, s) if best else super()._decide(ctx)
@@ -240,10 +240,12 @@ class PricedTopology(InfraTopology):
     weaker idle model whose expected accuracy comes closest. The queue wait is estimated from
     slot time (``OCCUPANCY = "service"``): the toll, not a pessimistic wait, keeps the queue
     short. The shipped policy's warm-start teacher; not a default bench baseline (figures in
-    docs/learning.md)."""
+    docs/learning.md). DeepThink calls are capped at the model's token budget
+    (``Policy.token_budget``): its longest answers are mostly wrong and hold the most slot time."""
 
     name = "priced-topology"
     OCCUPANCY = "service"
+    token_budget = True
     CONGESTION_PRICE = 0.0075  # accuracy points per slot-second per queued request per slot
 
     def _toll(self, m: ModelInfo, load: ModelLoad, service_s: float) -> float:
@@ -271,7 +273,7 @@ class Oracle(Policy):
         for m in self.pool.models:
             load = ctx.state.models[m.name]
             for s in ctx.allowed:
-                t = predict_latency(m, load, ctx.prompt_tokens(s), m.expected_tokens[s])
+                t = predict_latency(m, load, ctx.prompt_tokens(s), self.call_tokens(m, s))
                 ok = self.is_correct(ctx.query, m.name, s)
                 scored.append((not ok, t, m.name, s))
         _, _, model, strategy = min(scored, key=lambda x: (x[0], x[1]))

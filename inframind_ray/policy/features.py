@@ -45,8 +45,9 @@ def plan_of(action: int) -> Plan:
 class FeatureBuilder:
     """Fixed-size vectors and action masks for one pool (model order = pool order)."""
 
-    def __init__(self, pool: PoolInfo) -> None:
+    def __init__(self, pool: PoolInfo, token_budget: bool = False) -> None:
         self.pool = pool
+        self.token_budget = token_budget  # price DeepThink under the policy's token budget
         self.m = len(pool.models)
         self.z_dim = 2 + (PER_MODEL + 1) * self.m
         self.sem_dim = EMB_DIM + len(ROLES) + len(KINDS) + len(TOPOLOGIES)
@@ -101,7 +102,7 @@ class FeatureBuilder:
             cong = congestion(info, ld)
             for s in STRATEGIES:
                 service, wait = latency_terms(info, ld, ctx.prompt_tokens(s),
-                                              info.expected_tokens[s], OCCUPANCY)
+                                              info.call_tokens(s, self.token_budget), OCCUPANCY)
                 prices.append(min((service + wait) / per_step, 5.0))
                 tolls.append(min(cong * service / 10.0, 10.0))
                 mask.append(float(ok and s in ctx.allowed))

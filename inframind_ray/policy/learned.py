@@ -88,10 +88,12 @@ class LearnedPolicy(Policy):
 
     name = "inframind"
 
-    def __init__(self, pool: PoolInfo, seed: int = 0, hidden: int = 128) -> None:
+    def __init__(self, pool: PoolInfo, seed: int = 0, hidden: int = 128,
+                 token_budget: bool = False) -> None:
         super().__init__(pool, seed)
         torch.manual_seed(seed)
-        self.features = FeatureBuilder(pool)
+        self.token_budget = token_budget
+        self.features = FeatureBuilder(pool, token_budget)
         f = self.features
         self.planner = PlannerNet(f.z_dim, f.n_plan, hidden)
         self.executor = ExecutorNet(f.sem_dim, f.res_dim, f.n_exec, hidden)
@@ -115,7 +117,8 @@ class LearnedPolicy(Policy):
         """What a checkpoint must match to be loaded into a pool."""
         return {"format": "inframind-policy-v1", "models": list(self.pool.names),
                 "hidden": self.hidden, "z_dim": self.features.z_dim,
-                "sem_dim": self.features.sem_dim, "res_dim": self.features.res_dim}
+                "sem_dim": self.features.sem_dim, "res_dim": self.features.res_dim,
+                "token_budget": self.token_budget}
 
     def save(self, path: str | Path) -> Path:
         """Write ``path/policy.safetensors`` and ``path/spec.json``."""
@@ -142,7 +145,8 @@ class LearnedPolicy(Policy):
         if list(spec.get("models", [])) != list(pool.names):
             raise CheckpointError(f"checkpoint {path}: trained for models {spec.get('models')}, "
                                   f"the pool has {list(pool.names)}")
-        policy = cls(pool, hidden=int(spec.get("hidden", 128)))
+        policy = cls(pool, hidden=int(spec.get("hidden", 128)),
+                     token_budget=bool(spec.get("token_budget", False)))
         try:
             tensors = load_file(path / "policy.safetensors")
         except FileNotFoundError:

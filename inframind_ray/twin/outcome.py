@@ -147,6 +147,13 @@ class OutcomeModel:
         }
         return float(correct[train].mean()), by_cat
 
+    def length_budget(self, model: str, quantile: float) -> tuple[int, float]:
+        """(token cap, expected output tokens under it) of step-by-step answers capped at this
+        quantile of the model's recorded lengths on the TRAIN split."""
+        full = self._full[model][self.splits == "train"]
+        cap = int(np.quantile(full, quantile))
+        return cap, float(np.minimum(full, cap).mean())
+
     @staticmethod
     def _tokens(full: np.ndarray | int, s: Strategy) -> np.ndarray | int:
         frac, lo, hi = A.STRATEGY_LENGTH[s]

@@ -13,7 +13,13 @@ from inframind_ray import data
 from inframind_ray.config import ModelConfig, PoolConfig
 from inframind_ray.engine.profile import IterationProfile
 from inframind_ray.errors import ConfigError
-from inframind_ray.policy.base import ModelInfo, ModelLoad, PoolInfo, SystemState
+from inframind_ray.policy.base import (
+    TOKEN_BUDGET_QUANTILE,
+    ModelInfo,
+    ModelLoad,
+    PoolInfo,
+    SystemState,
+)
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.outcome import OutcomeModel
 from inframind_ray.workflow.prompts import Strategy
@@ -75,6 +81,7 @@ def build_pool_info(cfg: PoolConfig, outcome: OutcomeModel) -> PoolInfo:
     for m in cfg.models:
         hw = derive_hardware(m)
         acc, by_cat = outcome.train_accuracy(m.name)
+        budget, budget_expected = outcome.length_budget(m.name, TOKEN_BUDGET_QUANTILE)
         models.append(
             ModelInfo(
                 name=m.name,
@@ -86,6 +93,8 @@ def build_pool_info(cfg: PoolConfig, outcome: OutcomeModel) -> PoolInfo:
                 expected_tokens=outcome.expected_tokens[m.name],
                 accuracy_by_category=by_cat,
                 accuracy=acc,
+                budget_tokens=min(budget, outcome.max_tokens[m.name][Strategy.DEEPTHINK]),
+                budget_expected_tokens=budget_expected,
             )
         )
     return PoolInfo(tuple(models))

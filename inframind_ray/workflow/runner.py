@@ -131,7 +131,7 @@ async def run_query(
             strategy=d.strategy,
             prompt=build_prompt(query.text, node.role, node.kind.value, d.strategy, texts),
             upstream=ups,
-            max_tokens=policy.pool[d.model].max_tokens[d.strategy],
+            max_tokens=d.max_tokens or policy.pool[d.model].max_tokens[d.strategy],
             deadline=query.deadline,
             sample=slots.index(node.slot),
         )
