@@ -24,8 +24,7 @@ from inframind_ray import data
 from inframind_ray.bench.runner import CellSpec, run_cell
 from inframind_ray.config import load_pool, resolve_pool_path
 from inframind_ray.policy import baselines as B
-from inframind_ray.policy.base import StepContext, StepDecision
-from inframind_ray.policy.latency import latency_terms
+from inframind_ray.policy.base import StepContext
 from inframind_ray.twin.workload import WorkloadSpec
 
 
@@ -70,28 +69,13 @@ def main() -> None:
     class ItemPriced(B.PricedTopology):
         name = "item-priced"
 
-        def _decide(self, ctx: StepContext) -> StepDecision:
+        def _accuracy(self, m, ctx: StepContext) -> float:
+            acc = super()._accuracy(m, ctx)
             if ctx.node.kind is B.NodeKind.SOLVER and ctx.node.slot > 0:
-                return super()._decide(ctx)  # extra voters: infra-topology's rule
-            per_step = ctx.remaining_budget_s / max(1, ctx.remaining_depth) * B.SAFETY
-            best, best_key, fastest, fastest_t = None, None, None, float("inf")
-            i = row[ctx.query.item_id]
-            for m in self._models(ctx):
-                load = ctx.state.models[m.name]
-                acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
-                if a.only is None or m.name == a.only:
-                    acc += a.shrink * (preds[m.name][i] - acc)
-                for s in ctx.allowed:
-                    service, wait = latency_terms(m, load, ctx.prompt_tokens(s),
-                                                  self.call_tokens(m, s), self.OCCUPANCY)
-                    t = service + wait
-                    if t < fastest_t:
-                        fastest, fastest_t = StepDecision(m.name, s), t
-                    if t <= per_step:
-                        key = (acc * self.retention[s] - self._toll(m, load, service), -t)
-                        if best_key is None or key > best_key:
-                            best, best_key = StepDecision(m.name, s), key
-            return best or fastest
+                return acc  # extra voters: infra-topology's rule, category accuracy
+            if a.only is None or m.name == a.only:
+                acc += a.shrink * (preds[m.name][row[ctx.query.item_id]] - acc)
+            return acc
 
     B.POLICIES[ItemPriced.name] = ItemPriced
     rates = [float(r) for r in a.rates.split(",")]

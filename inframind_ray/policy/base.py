@@ -246,7 +246,7 @@ class Policy(ABC):
         cap = info.max_tokens[d.strategy]
         if (self.token_budget and d.max_tokens is None and d.strategy is Strategy.DEEPTHINK
                 and info.budget_tokens):
-            d = replace(d, max_tokens=min(cap, info.budget_tokens))
+            d = replace(d, max_tokens=info.budget_tokens)
         if d.max_tokens is not None and not 1 <= d.max_tokens <= cap:
             raise ValueError(f"{self.name}: max_tokens {d.max_tokens} outside [1, {cap}] for "
                              f"{d.model} {d.strategy.value}")

@@ -164,12 +164,17 @@ class InfraHeuristic(Policy):
         joins (none here: each call is judged for its own query only)."""
         return 0.0
 
+    def _accuracy(self, m: ModelInfo, ctx: StepContext) -> float:
+        """Expected accuracy of a step-by-step answer of ``m`` to this query: its train-split
+        accuracy on the query's category."""
+        return m.accuracy_by_category.get(ctx.query.category, m.accuracy)
+
     def _decide(self, ctx: StepContext) -> StepDecision:
         per_step = ctx.remaining_budget_s / max(1, ctx.remaining_depth) * SAFETY
         best, best_key, fastest, fastest_t = None, None, None, float("inf")
         for m in self._models(ctx):
             load = ctx.state.models[m.name]
-            acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
+            acc = self._accuracy(m, ctx)
             for s in ctx.allowed:
                 service, wait = latency_terms(m, load, ctx.prompt_tokens(s),
                                               self.call_tokens(m, s), self.OCCUPANCY)
@@ -209,7 +214,7 @@ class InfraTopology(InfraHeuristic):
         best, best_acc = None, -1.0
         for m in self._models(ctx):
             load = ctx.state.models[m.name]
-            acc = m.accuracy_by_category.get(ctx.query.category, m.accuracy)
+            acc = self._accuracy(m, ctx)
             if (free_slots(m, load) >= 1 and acc > best_acc and s in ctx.allowed
                     and predict_latency(m, load, ctx.prompt_tokens(s), self.call_tokens(m, s),
                                         self.OCCUPANCY) <= per_step):
