@@ -13,51 +13,10 @@ two-parameter front-end model calibrated elsewhere will either.
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
 
-import numpy as np
-
-from inframind_ray.engine.request import EngineRequest
 from inframind_ray.fidelity import validate as V
-from inframind_ray.fidelity.profile import FittedProfile, load_profile
-from inframind_ray.twin.engine import TwinEngine
-from inframind_ray.twin.simloop import run_simulated
-
-
-def errors(case: V.Case, fp: FittedProfile, info, kv: int, cut: float,
-           wake: float) -> tuple[float, float]:
-    """Median relative TTFT and E2E error of one case with the split delay."""
-    real = [r for r in sorted(case.real, key=lambda r: r["i"]) if r["status"] == "ok"]
-    d = fp.request_overhead_s
-
-    async def main() -> dict:
-        eng = TwinEngine("twin", fp.profile, max_num_seqs=info.max_num_seqs,
-                         kv_capacity_tokens=kv, max_batched_tokens=info.max_batched_tokens or 8192,
-                         scheduling="edf")
-        rows = {}
-
-        async def one(r: dict) -> None:
-            await asyncio.sleep(r["arrival_s"])
-            s = eng.snapshot()
-            idle = s.running + s.waiting == 0
-            await asyncio.sleep(max(0.0, d + wake if idle else d - cut))
-            res = await eng.generate(EngineRequest(str(r["i"]), int(r["prompt_tokens"]),
-                                                   max(1, int(r["output_tokens"])),
-                                                   deadline=r["deadline_s"]))
-            rows[r["i"]] = (res.first_token - r["arrival_s"], res.finished_at - r["arrival_s"])
-
-        await asyncio.gather(*[one(r) for r in real])
-        return rows
-
-    rows, _ = run_simulated(main())
-    te, ee = [], []
-    for r in real:
-        t, e = rows[r["i"]]
-        rt, re_ = r["first_token_s"] - r["arrival_s"], r["finish_s"] - r["arrival_s"]
-        te.append(abs(t - rt) / rt)
-        ee.append(abs(e - re_) / re_)
-    return float(np.median(te)), float(np.median(ee))
+from inframind_ray.fidelity.profile import load_profile
 
 
 def main() -> None:
@@ -73,11 +32,18 @@ def main() -> None:
     print("|---:|---:|---|---|")
     for cut in (float(x) / 1e3 for x in a.cuts_ms.split(",")):
         for wake in (float(x) / 1e3 for x in a.wakes_ms.split(",")):
-            res = [errors(c, fps[c.engine], infos[c.engine],
-                          int(V.twin_kv_tokens(infos[c.engine])), cut, wake) for c in cases]
+            rows = []
+            for c in cases:
+                d = fps[c.engine].request_overhead_s
+                idle_s, busy_s = d + wake, d - cut
+                V.replay_twin(c, fps[c.engine], infos[c.engine],
+                              int(V.twin_kv_tokens(infos[c.engine])),
+                              entry_delay=lambda idle, i=idle_s, b=busy_s: i if idle else b)
+                rows.append(V.compare(c))
             print(f"| {cut * 1e3:g} | {wake * 1e3:g} | "
-                  + " / ".join(f"{t:.1%}" for t, _ in res) + " | "
-                  + " / ".join(f"{e:.1%}" for _, e in res) + " |", flush=True)
+                  + " / ".join(f"{r['ttft_median_rel_err']:.1%}" for r in rows) + " | "
+                  + " / ".join(f"{r['e2e_median_rel_err']:.1%}" for r in rows) + " |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -190,9 +190,13 @@ def twin_kv_tokens(info: EngineInfo) -> int | None:
     return max(1, info.kv_capacity_tokens - waste)
 
 
-def replay_twin(case: Case, fp: FittedProfile, info: EngineInfo, kv_tokens: int) -> None:
+def replay_twin(case: Case, fp: FittedProfile, info: EngineInfo, kv_tokens: int,
+                entry_delay: Callable[[bool], float] | None = None) -> None:
     """Replay the real run's submit times and token counts on the twin (simulated clock), with
-    ``fp`` scaled by ``case.speed``; fills ``case.twin`` and ``case.twin_samples``."""
+    ``fp`` scaled by ``case.speed``; fills ``case.twin`` and ``case.twin_samples``. Each request
+    enters the engine ``fp.request_overhead_s`` after its arrival, or ``entry_delay(idle)``
+    seconds when given (``idle``: the twin engine had nothing running or waiting at arrival;
+    scripts/frontend_delay_check.py)."""
     real = sorted(case.real, key=lambda r: r["i"])
     fp = anchored(fp, case.speed)
     case.twin_samples = []
@@ -207,7 +211,12 @@ def replay_twin(case: Case, fp: FittedProfile, info: EngineInfo, kv_tokens: int)
 
         async def one(r: dict) -> None:
             nonlocal left
-            await asyncio.sleep(r["arrival_s"] + fp.request_overhead_s)
+            if entry_delay is None:
+                await asyncio.sleep(r["arrival_s"] + fp.request_overhead_s)
+            else:
+                await asyncio.sleep(r["arrival_s"])
+                s = eng.snapshot()
+                await asyncio.sleep(max(0.0, entry_delay(s.running + s.waiting == 0)))
             out = max(1, r["output_tokens"] if r["status"] == "ok" else
                       int(case.output_tokens[r["i"]]))
             req = EngineRequest(str(r["i"]), int(r["prompt_tokens"]), out,
