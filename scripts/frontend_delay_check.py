@@ -8,11 +8,16 @@ on the validation requests themselves: if no (cut, wake) brings every case under
 two-parameter front-end model calibrated elsewhere will either.
 
     .venv/bin/python scripts/frontend_delay_check.py docs/fidelity/jitter-tiny/run9-calibrate
+
+``--fit-on CASE`` instead fits the entry delay of ``validate.fit_entry`` (busy cut, wake per
+idle-time bin) on that one recorded case and scores every case with it (docs/fidelity.md,
+run 12): how far the state-dependent delay can go when the calibration shares the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from inframind_ray.fidelity import validate as V
@@ -25,9 +30,29 @@ def main() -> None:
     ap.add_argument("run", type=Path, help="folder of a `twin validate --calibrate` run")
     ap.add_argument("--cuts-ms", default="0,1,2,3")
     ap.add_argument("--wakes-ms", default="0,1,2")
+    ap.add_argument("--fit-on", default=None, help="fit the entry delay on this case instead")
     a = ap.parse_args()
     cases, infos = V.load_recorded(a.run)
     fps = {k: load_profile(a.run / f"profile-{k}.json")[2] for k in infos}
+    if a.fit_on:
+        fit_case = next((c for c in cases if c.name == a.fit_on), None)
+        if fit_case is None:
+            raise SystemExit(f"error: no case {a.fit_on!r} in {a.run}")
+        for k in infos:
+            e = V.fit_entry(fit_case, fps[k], infos[k], int(V.twin_kv_tokens(infos[k])))
+            fps[k] = dataclasses.replace(fps[k], entry=e)
+            print(f"{k}: busy cut {e.busy_cut_s * 1e3:.2f} ms, idle wake "
+                  + " / ".join(f"{w * 1e3:+.2f}" for w in e.idle_wake_s) + " ms")
+        rows = []
+        for c in cases:
+            V.replay_twin(c, fps[c.engine], infos[c.engine],
+                          int(V.twin_kv_tokens(infos[c.engine])))
+            rows.append(V.compare(c))
+        print("| case | TTFT median error | E2E median error |\n|---|---:|---:|")
+        for r in rows:
+            print(f"| {r['case']} | {r['ttft_median_rel_err']:.1%} | "
+                  f"{r['e2e_median_rel_err']:.1%} |")
+        return
     print("| cut ms | wake ms | TTFT median error per case | E2E median error per case |")
     print("|---:|---:|---|---|")
     for cut in (float(x) / 1e3 for x in a.cuts_ms.split(",")):
@@ -38,7 +63,8 @@ def main() -> None:
                 idle_s, busy_s = d + wake, d - cut
                 V.replay_twin(c, fps[c.engine], infos[c.engine],
                               int(V.twin_kv_tokens(infos[c.engine])),
-                              entry_delay=lambda idle, i=idle_s, b=busy_s: i if idle else b)
+                              entry_delay=lambda idle_for, i=idle_s, b=busy_s: b if idle_for is None
+                              else i)
                 rows.append(V.compare(c))
             print(f"| {cut * 1e3:g} | {wake * 1e3:g} | "
                   + " / ".join(f"{r['ttft_median_rel_err']:.1%}" for r in rows) + " | "

@@ -243,6 +243,9 @@ def test_validate_missing_model_path(tmp_path: Path) -> None:
     (json.dumps({"profiles": {"t": {**GOOD_PROFILE["profiles"]["t@cpu"], "c0_s": "fast"}}}),
      "c0_s must be a finite number"),
     (json.dumps([1, 2]), "'profiles' map"),
+    (json.dumps({"profiles": {"t": {**GOOD_PROFILE["profiles"]["t@cpu"], "entry_delay": {
+        "busy_cut_s": 0.001, "idle_edges_s": [0.1, 0.01], "idle_wake_s": [0, 0, 0]}}}}),
+     "entry_delay must be"),
 ])
 def test_validate_malformed_profile(tmp_path: Path, content: str, needle: str) -> None:
     prof = tmp_path / "p.json"
@@ -250,6 +253,14 @@ def test_validate_malformed_profile(tmp_path: Path, content: str, needle: str) -
     res = _cli("-c", str(ROOT / "deployments" / "vllm_cpu_pool.yaml"), "--model", "tiny",
                "--profile", str(prof))
     _assert_one_line_failure(res, "profile", needle)
+
+
+@pytest.mark.parametrize("opt,val", [("--prompts", "500,10"), ("--outputs", "16"),
+                                     ("--kv-prompts", "a,b"), ("--grid-prompts", "0,128")])
+def test_validate_bad_lengths(opt: str, val: str) -> None:
+    res = _cli("-c", str(ROOT / "deployments" / "vllm_cpu_pool.yaml"), "--model", "tiny",
+               "--calibrate", opt, val)
+    _assert_one_line_failure(res, opt.lstrip("-"))
 
 
 def test_validate_missing_profile_file(tmp_path: Path) -> None:
@@ -286,6 +297,54 @@ def test_speed_anchor_scales_the_twin() -> None:
     V.anchor_case(case, fp)
     assert case.speed == pytest.approx((1.3 * 1.1) ** 0.5)
     assert (case.speed_before, case.speed_after) == pytest.approx((1.3, 1.1))
+
+
+def test_entry_delay_fit_recovers_a_known_delay(tmp_path: Path) -> None:
+    """A calibration case whose "real" side is the twin with a known state-dependent entry
+    delay: fit_entry, starting from the plain front-end delay, gets the delay back; the fitted
+    delay survives the profile file; a busy request gets d - cut, an idle one d + its bin's
+    wake."""
+    from inframind_ray.engine.profile import IterationProfile
+    from inframind_ray.fidelity import validate as V
+    from inframind_ray.fidelity.real import EngineInfo
+
+    edges = V.ENTRY_IDLE_EDGES_S
+    truth = P.EntryDelay(1.5e-3, edges, (0.4e-3, 0.4e-3, 1.2e-3, 2.0e-3))
+    assert truth.delay(4e-3, None) == pytest.approx(2.5e-3)
+    assert truth.delay(4e-3, 0.5) == pytest.approx(5.2e-3)
+    assert truth.delay(4e-3, float("inf")) == pytest.approx(6.0e-3)
+    plain = P.FittedProfile(IterationProfile(1.1e-3, 1.2e-5, 3e-5, 1e-9), 4e-3, {})
+    info = EngineInfo("vllm", "tiny", 2, 100_000, 2048, 16, True)
+    case = V.entry_case(80, seed=3)
+    case.real = [dict(i=i, arrival_s=float(t), prompt_tokens=int(p), output_tokens=int(o),
+                      status="ok", deadline_s=float(t) + 1e6, preemptions=0)
+                 for i, (t, p, o) in enumerate(zip(case.arrivals, case.prompt_tokens,
+                                                   case.output_tokens, strict=True))]
+    V.replay_twin(case, P.FittedProfile(plain.profile, 4e-3, {}, truth), info, 100_000)
+    assert any(t["idle_for_s"] is None and t["free_slot"] for t in case.twin)
+    case.real = [dict(t, status="ok", prompt_tokens=int(case.prompt_tokens[t["i"]]),
+                      output_tokens=int(case.output_tokens[t["i"]]), deadline_s=1e6)
+                 for t in case.twin]
+    fitted = V.fit_entry(case, plain, info, 100_000)
+    # an idle request's TTFT is linear in its delay: each populated bin's wake comes back;
+    # a busy one waits for the running step to end, so the cut is known to within a step
+    assert fitted.idle_wake_s[2:] == pytest.approx(truth.idle_wake_s[2:], abs=1e-4)
+    assert abs(fitted.busy_cut_s - truth.busy_cut_s) < plain.profile.c0
+    errs = {}
+    for name, e in (("plain", P.EntryDelay()), ("fitted", fitted)):
+        V.replay_twin(case, P.FittedProfile(plain.profile, 4e-3, {}, e), info, 100_000)
+        errs[name] = V.compare(case)["ttft_median_rel_err"]
+    assert errs["fitted"] < 0.005 < 0.05 < errs["plain"]
+    assert P.EntryDelay().trivial and not fitted.trivial
+    doc = P.profile_document("t", P.FittedProfile(plain.profile, 4e-3, {}, fitted), model="m",
+                             hardware="cpu", num_gpus=0, engine={}, grid=P.GridSpec())
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    loaded = P.load_profile(tmp_path / "p.json")[2]
+    assert loaded.entry.idle_wake_s == pytest.approx(fitted.idle_wake_s, abs=1e-8)
+    assert loaded.entry.busy_cut_s == pytest.approx(fitted.busy_cut_s, abs=1e-8)
+    assert "entry_delay" not in P.profile_document(
+        "t", plain, model="m", hardware="cpu", num_gpus=0, engine={},
+        grid=P.GridSpec())["profiles"]["t"]  # no entry delay fitted: the file is as before
 
 
 def test_grid_cells_run_in_a_seeded_random_order() -> None:
@@ -366,6 +425,25 @@ def test_refit_and_rescore_reproduce_the_recorded_run(tmp_path: Path) -> None:
         for k in ("ttft_median_rel_err", "e2e_median_rel_err", "e2e_p90_rel_err"):
             assert r[k] == pytest.approx(recorded[r["case"]][f"fixed_{k}"], abs=1e-4), k
         assert r["throughput_real"] == recorded[r["case"]]["throughput_real"]
+
+
+def test_rescore_with_the_runs_own_entry_delay(tmp_path: Path) -> None:
+    """`twin rescore RUN` without --profile replays a recorded --calibrate run with its own
+    in-run profiles, entry delay included, and gives back the run's errors (docs/fidelity.md,
+    run 14); --no-entry replays it with the plain front-end delay, a different twin."""
+    run = ROOT / "docs" / "fidelity" / "jitter-tiny" / "run14-calibrate"
+    recorded = {r["case"]: r for r in json.loads((run / "validate.json").read_text())}
+    out = {}
+    for name, extra in (("entry", ()), ("plain", ("--no-entry",))):
+        res = _twin("rescore", str(run), "--out", str(tmp_path / name), *extra)
+        assert res.returncode == 0, res.stderr
+        out[name] = {r["case"]: r for r in
+                     json.loads((tmp_path / name / "validate.json").read_text())}
+    for case, r in out["entry"].items():
+        for k in ("ttft_median_rel_err", "e2e_median_rel_err", "ttft_p90_rel_err"):
+            assert r[k] == pytest.approx(recorded[case][k], abs=1e-4), (case, k)
+    assert any(abs(out["plain"][c]["ttft_median_rel_err"] - r["ttft_median_rel_err"]) > 0.02
+               for c, r in out["entry"].items())
 
 
 def test_rescore_and_refit_bad_input(tmp_path: Path) -> None:

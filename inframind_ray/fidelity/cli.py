@@ -4,6 +4,7 @@ engine starts, so ``inframind --help`` stays fast)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -34,6 +35,13 @@ def _ints(text: str, field: str) -> tuple[int, ...]:
     if not vals or min(vals) < 1:
         raise ConfigError(field, f"expected integers >= 1, got {text!r}")
     return vals
+
+
+def _range(text: str, field: str) -> tuple[int, int]:
+    vals = _ints(text, field)
+    if len(vals) != 2 or vals[0] > vals[1]:
+        raise ConfigError(field, f"expected LO,HI with LO <= HI, got {text!r}")
+    return vals[0], vals[1]
 
 
 def _floats(text: str, field: str) -> tuple[float, ...]:
@@ -68,6 +76,9 @@ def profile(
     pin: Annotated[bool, typer.Option(
         help="keep this process off the vLLM CPU worker's cores (VLLM_CPU_OMP_THREADS_BIND)"
     )] = True,
+    entry_requests: Annotated[int, typer.Option(
+        help="requests of the Poisson case that fits the entry delay (busy / idle engine); "
+             "0 = none")] = 0,
     per_batch: Annotated[bool, typer.Option(
         help="also fit a decode factor per measured batch size (for engines whose step time "
              "is not linear in the batch; docs/fidelity.md)")] = False,
@@ -112,7 +123,8 @@ def profile(
             console.print(f"engine up: {info.as_dict()}")
             await calibrate_engine(engine, info, maker, out, key,
                                    getattr(m.engine, "model", model), grid, hardware=hardware,
-                                   num_gpus=num_gpus, per_batch=per_batch)
+                                   num_gpus=num_gpus, per_batch=per_batch,
+                                   entry_requests=entry_requests)
         finally:
             await ctx.__aexit__(None, None, None)
 
@@ -129,12 +141,12 @@ def refit(
         help="also fit a decode factor per measured batch size")] = False,
 ) -> None:
     """Refit a profile from recorded `twin profile` measurements, without an engine (e.g. with
-    or without per-batch decode factors)."""
+    or without per-batch decode factors). The source profile's entry delay is carried over."""
     import pandas as pd
 
     from inframind_ray.fidelity import profile as P
 
-    key, entry, _ = P.load_profile(profile)
+    key, entry, old = P.load_profile(profile)
     try:
         rows = pd.read_parquet(raw).to_dict("records")
     except (OSError, ValueError) as e:
@@ -144,6 +156,7 @@ def refit(
     if not rows or not need <= set(rows[0]):
         raise ConfigError("raw", f"{raw}: expected `twin profile` rows with {sorted(need)}")
     fp = P.fit(rows, per_batch=per_batch)
+    fp = dataclasses.replace(fp, entry=old.entry)
     grid = P.GridSpec.from_dict(entry.get("fit", {}).get("grid", {}))
     doc = P.profile_document(key, fp, model=entry.get("measured_model", key),
                              hardware=entry.get("hardware", "?"),
@@ -169,6 +182,14 @@ def _print_profile(key: str, fp: FittedProfile) -> None:
               f"{f['tpot_median_rel_err']:.1%} / {f['tpot_p90_rel_err']:.1%}",
               f"{f['e2e_median_rel_err']:.1%} / {f['e2e_p90_rel_err']:.1%}")
     console.print(t)
+    e = fp.entry
+    if not e.trivial:
+        ms = [f"{x * 1e3:g}" for x in e.idle_edges_s]
+        bins = ([f"< {ms[0]} ms"] + [f"{a}-{b} ms" for a, b in zip(ms[:-1], ms[1:], strict=True)]
+                + [f">= {ms[-1]} ms"]) if ms else ["any"]
+        console.print(f"entry delay: busy engine d - {e.busy_cut_s * 1e3:.2f} ms; idle engine "
+                      + ", ".join(f"{b}: d {w * 1e3:+.2f} ms"
+                                  for b, w in zip(bins, e.idle_wake_s, strict=True)))
     if fp.profile.decode_factors:
         console.print("decode factors per batch size: " + ", ".join(
             f"{b}: {x:.3f}" for b, x in fp.profile.decode_factors))
@@ -209,6 +230,19 @@ def validate(
         help="instead of --profile, profile each engine (the default grid, batches up to its "
              "slots) right before its cases, on the same engine; the fits go to "
              "OUT/profile-ENGINE.json")] = False,
+    prompts: Annotated[str, typer.Option(
+        help="prompt lengths of the cases, LO,HI tokens (log-uniform)")] = "32,512",
+    outputs: Annotated[str, typer.Option(
+        help="output lengths of the cases, LO,HI tokens (uniform)")] = "16,192",
+    kv_prompts: Annotated[str, typer.Option(
+        help="prompt lengths of the KV-pressure case, LO,HI tokens")] = "128,384",
+    kv_outputs: Annotated[str, typer.Option(
+        help="output lengths of the KV-pressure case, LO,HI tokens")] = "96,256",
+    grid_prompts: Annotated[str, typer.Option(
+        help="prompt lengths of the --calibrate grid, tokens")] = "16,128,512",
+    entry_requests: Annotated[int, typer.Option(
+        help="with --calibrate: requests of the Poisson case that fits the entry delay "
+             "(busy / idle engine); 0 = none")] = 80,
 ) -> None:
     """Replay the same arrivals (Poisson per rate, a bursty trace, mixed deadlines, a small KV
     cache) against the real engine and the twin with the fitted profile; report per-request TTFT
@@ -238,7 +272,11 @@ def validate(
     pool, m = load_model(str(config), model)
     kv_rate = kv_rate if m.engine.kind == "vllm" else 0.0
     cases = V.make_cases(rate_vals, requests, seed, trace_rate=trace_rate or None,
-                         edf_rate=edf_rate or None, kv_rate=kv_rate or None)
+                         edf_rate=edf_rate or None, kv_rate=kv_rate or None,
+                         prompt=_range(prompts, "prompts"), output=_range(outputs, "outputs"),
+                         kv_prompt=_range(kv_prompts, "kv-prompts"),
+                         kv_output=_range(kv_outputs, "kv-outputs"))
+    grid = P.GridSpec(prompts=_ints(grid_prompts, "grid-prompts"))
     out.mkdir(parents=True, exist_ok=True)
     maker = PromptMaker(m, seed)
     if pin and (cores := pin_driver(m)):
@@ -255,7 +293,8 @@ def validate(
         try:
             fps[label] = await calibrate_engine(
                 engine, info, maker, out / f"profile-{label}.json", key,
-                getattr(mcfg.engine, "model", model)) if calibrate else fp
+                getattr(mcfg.engine, "model", model), grid, entry_requests=entry_requests,
+                seed=seed) if calibrate else fp
             probe: list[dict] = []
             if anchor:
                 with console.status("speed probe"):
@@ -309,15 +348,18 @@ def _score(case, fp: FittedProfile, info, kv_tokens: int) -> dict:
 
 async def calibrate_engine(engine, info, maker, path: Path, key: str, measured_model: str,
                            grid: GridSpec | None = None, *, hardware: str | None = None,
-                           num_gpus: int = 0, per_batch: bool = False) -> FittedProfile:
+                           num_gpus: int = 0, per_batch: bool = False, entry_requests: int = 0,
+                           seed: int = 0) -> FittedProfile:
     """Profile a started engine on ``grid`` (default: the default grid), keeping only batch
-    sizes up to its slots; fit, write the profile to ``path`` and its raw rows next to it as
-    .parquet, print the fit. `twin profile` and `twin validate --calibrate` both use it."""
-    import dataclasses
+    sizes up to its slots; fit, then fit the entry delay on ``entry_requests`` Poisson requests
+    (``validate.entry_case``; 0 = none); write the profile to ``path``, its raw rows next to it
+    as .parquet (the entry case's as .entry.parquet), print the fit. `twin profile` and `twin
+    validate --calibrate` both use it."""
 
     import pandas as pd
 
     from inframind_ray.fidelity import profile as P
+    from inframind_ray.fidelity import validate as V
 
     grid = grid or P.GridSpec()
     grid = dataclasses.replace(
@@ -328,6 +370,15 @@ async def calibrate_engine(engine, info, maker, path: Path, key: str, measured_m
 
         rows = await P.run_grid(engine, maker.make, grid, tick)
     fp = P.fit(rows, per_batch=per_batch)
+    kv_tokens = V.twin_kv_tokens(info) or info.kv_capacity_tokens
+    if entry_requests >= 2 and kv_tokens:
+        case = V.entry_case(entry_requests, seed)
+        with console.status(f"entry-delay calibration: {entry_requests} requests at "
+                            f"{V.ENTRY_CASE_RATE:g} req/min"):
+            await V.replay_real(engine, case, maker.make)
+        entry = await asyncio.to_thread(V.fit_entry, case, fp, info, int(kv_tokens))
+        fp = dataclasses.replace(fp, entry=entry)
+        pd.DataFrame(case.real).to_parquet(path.with_suffix(".entry.parquet"), index=False)
     doc = P.profile_document(key, fp, model=measured_model,
                              hardware=hardware or P.hardware_name(), num_gpus=num_gpus,
                              engine=info.as_dict(), grid=grid)
@@ -342,26 +393,38 @@ async def calibrate_engine(engine, info, maker, path: Path, key: str, measured_m
 @twin_app.command()
 def rescore(
     run: Annotated[Path, typer.Argument(help="folder of a recorded `twin validate` run")],
-    profile: Annotated[Path, typer.Option("--profile", help="profile JSON to score")],
+    profile: Annotated[Path | None, typer.Option(
+        "--profile", help="profile JSON to score (default: the run's own --calibrate "
+                          "profiles, RUN/profile-ENGINE.json)")] = None,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/fidelity/rescore"),
     profile_key: Annotated[str | None, typer.Option(
         help="profile key if the file holds several")] = None,
+    entry: Annotated[bool, typer.Option(
+        help="use the profile's fitted entry delay (--no-entry: plain front-end delay d)"
+    )] = True,
 ) -> None:
     """Replay the real side of a recorded `twin validate` run on the twin with another profile,
     without an engine: the same arrivals, token counts and deadlines, the same table and files
     as `validate` (no speed anchoring)."""
     from inframind_ray.fidelity import validate as V
-    from inframind_ray.fidelity.profile import load_profile
+    from inframind_ray.fidelity.profile import EntryDelay, load_profile
 
-    key, _, fp = load_profile(profile, profile_key)
     cases, infos = V.load_recorded(run)
+    if profile is not None:
+        key, _, fp = load_profile(profile, profile_key)
+        fps = dict.fromkeys(infos, fp)
+    else:
+        fps = {k: load_profile(run / f"profile-{k}.json", profile_key)[2] for k in infos}
+        key = f"{run.name} (in-run profiles)"
+    if not entry:
+        fps = {k: dataclasses.replace(f, entry=EntryDelay()) for k, f in fps.items()}
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for c in cases:
         kv_tokens = V.twin_kv_tokens(infos[c.engine])
         if not kv_tokens:
             raise ConfigError("replay", f"{run}: engine {c.engine!r} has no KV capacity")
-        rows.append(_score(c, fp, infos[c.engine], int(kv_tokens)))
+        rows.append(_score(c, fps[c.engine], infos[c.engine], int(kv_tokens)))
     _write(out, cases, rows, key, infos)
 
 

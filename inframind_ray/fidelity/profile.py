@@ -16,11 +16,19 @@ each arrival):
 The profile file has the layout of ``inframind_ray/data/profiles.json`` (``profiles`` -> key ->
 ``c0_s``, ``c_prefill_s``, ``c_decode_s``, ``c_kv_s``, ``hardware``, ``num_gpus``, ``fit``) plus
 ``request_overhead_s`` and the engine's scheduler limits under ``engine``.
+
+Entry delay (optional ``entry_delay`` in the file; see ``EntryDelay``): ``d`` is fitted on the
+grid's lone requests, each sent the moment the one before it finished. A request that finds the
+engine busy reaches it sooner (``d - busy_cut_s``: the engine core takes it in between two steps
+it runs anyway), one that finds it idle for a while later (``d + wake``: vLLM's processes have
+gone from polling to sleeping). ``twin validate`` and ``twin profile`` fit both on a separate
+Poisson calibration case replayed on the twin (``validate.fit_entry``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import math
 import platform
@@ -86,12 +94,48 @@ class GridSpec:
 
 
 @dataclass(frozen=True)
+class EntryDelay:
+    """How long after it is sent a request reaches the engine, by the engine's state then.
+
+    ``d - busy_cut_s`` when the engine has a request running or waiting; ``d + idle_wake_s[k]``
+    when it has been idle for a time in bin ``k`` of ``idle_edges_s`` (ascending edges, seconds;
+    ``len(idle_wake_s) == len(idle_edges_s) + 1``). The default (no cut, no wake) is the plain
+    front-end delay ``d``."""
+
+    busy_cut_s: float = 0.0
+    idle_edges_s: tuple[float, ...] = ()
+    idle_wake_s: tuple[float, ...] = (0.0,)
+
+    def __post_init__(self) -> None:
+        if len(self.idle_wake_s) != len(self.idle_edges_s) + 1:
+            raise ValueError("idle_wake_s needs one value per idle bin (len(edges) + 1)")
+
+    def delay(self, d: float, idle_for_s: float | None) -> float:
+        """Entry delay of a request; ``idle_for_s`` None = the engine is busy."""
+        if idle_for_s is None:
+            return max(0.0, d - self.busy_cut_s)
+        return max(0.0, d + self.idle_wake_s[bisect.bisect_right(self.idle_edges_s, idle_for_s)])
+
+    @property
+    def trivial(self) -> bool:
+        """True when every request gets plain ``d``."""
+        return self.busy_cut_s == 0 and not any(self.idle_wake_s)
+
+    def as_dict(self) -> dict:
+        """As written in a profile file's ``entry_delay``."""
+        return dict(busy_cut_s=round(self.busy_cut_s, 9),
+                    idle_edges_s=list(self.idle_edges_s),
+                    idle_wake_s=[round(w, 9) for w in self.idle_wake_s])
+
+
+@dataclass(frozen=True)
 class FittedProfile:
-    """Fitted coefficients plus the front-end delay."""
+    """Fitted coefficients plus the front-end delay and its state-dependent entry delay."""
 
     profile: IterationProfile
     request_overhead_s: float
     fit: dict
+    entry: EntryDelay = EntryDelay()
 
 
 async def run_grid(engine: Engine, make_prompt: Callable[[int], str], grid: GridSpec,
@@ -236,6 +280,7 @@ def profile_document(key: str, fp: FittedProfile, *, model: str, hardware: str, 
         **({"decode_factors": [list(bf) for bf in pr.decode_factors]}
            if pr.decode_factors else {}),
         request_overhead_s=round(fp.request_overhead_s, 9),
+        **({} if fp.entry.trivial else {"entry_delay": fp.entry.as_dict()}),
         engine=engine,
         fit={**fp.fit, "grid": grid.as_dict()},
     )
@@ -296,4 +341,29 @@ def load_profile(path: str | Path, key: str | None = None) -> tuple[str, dict, F
                             c_decode=vals["c_decode_s"], c_kv=vals["c_kv_s"],
                             decode_factors=_decode_factors(entry.get("decode_factors", []),
                                                            f"{p}: {key}.decode_factors"))
-    return key, entry, FittedProfile(prof, vals["request_overhead_s"], entry.get("fit", {}))
+    return key, entry, FittedProfile(prof, vals["request_overhead_s"], entry.get("fit", {}),
+                                     _entry_delay(entry.get("entry_delay"), f"{p}: {key}"))
+
+
+def _entry_delay(v: object, where: str) -> EntryDelay:
+    """Validate a profile's optional ``entry_delay`` (absent: plain ``d`` for every request)."""
+    if v is None:
+        return EntryDelay()
+
+    def nums(x: object) -> bool:
+        return isinstance(x, list) and all(
+            isinstance(e, int | float) and not isinstance(e, bool) and math.isfinite(e)
+            for e in x)
+
+    ok = (isinstance(v, dict) and isinstance(v.get("busy_cut_s"), int | float)
+          and not isinstance(v.get("busy_cut_s"), bool) and math.isfinite(v["busy_cut_s"])
+          and v["busy_cut_s"] >= 0 and nums(v.get("idle_edges_s")) and nums(v.get("idle_wake_s"))
+          and len(v["idle_wake_s"]) == len(v["idle_edges_s"]) + 1
+          and all(e > 0 for e in v["idle_edges_s"])
+          and list(v["idle_edges_s"]) == sorted(set(v["idle_edges_s"])))
+    if not ok:
+        raise ConfigError("profile", f"{where}.entry_delay must be {{busy_cut_s >= 0, "
+                          "idle_edges_s: ascending seconds > 0, idle_wake_s: one more "
+                          f"number}}, got {v!r}")
+    return EntryDelay(float(v["busy_cut_s"]), tuple(float(e) for e in v["idle_edges_s"]),
+                      tuple(float(w) for w in v["idle_wake_s"]))

