@@ -24,6 +24,20 @@ from inframind_ray.fidelity import validate as V
 from inframind_ray.fidelity.profile import load_profile
 
 
+def _score_all(cases: list, fps: dict, infos: dict, delay=None) -> list[dict]:
+    """Replay every case on the twin with its engine's profile and score it; ``delay(d,
+    idle_for)`` replaces the profile's entry delay when given."""
+    rows = []
+    for c in cases:
+        fp = fps[c.engine]
+        entry = None if delay is None else (
+            lambda idle_for, d=fp.request_overhead_s: max(0.0, delay(d, idle_for)))
+        V.replay_twin(c, fp, infos[c.engine], int(V.twin_kv_tokens(infos[c.engine])),
+                      entry_delay=entry)
+        rows.append(V.compare(c))
+    return rows
+
+
 def main() -> None:
     """Entry point."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -43,13 +57,8 @@ def main() -> None:
             fps[k] = dataclasses.replace(fps[k], entry=e)
             print(f"{k}: busy cut {e.busy_cut_s * 1e3:.2f} ms, idle wake "
                   + " / ".join(f"{w * 1e3:+.2f}" for w in e.idle_wake_s) + " ms")
-        rows = []
-        for c in cases:
-            V.replay_twin(c, fps[c.engine], infos[c.engine],
-                          int(V.twin_kv_tokens(infos[c.engine])))
-            rows.append(V.compare(c))
         print("| case | TTFT median error | E2E median error |\n|---|---:|---:|")
-        for r in rows:
+        for r in _score_all(cases, fps, infos):
             print(f"| {r['case']} | {r['ttft_median_rel_err']:.1%} | "
                   f"{r['e2e_median_rel_err']:.1%} |")
         return
@@ -57,15 +66,8 @@ def main() -> None:
     print("|---:|---:|---|---|")
     for cut in (float(x) / 1e3 for x in a.cuts_ms.split(",")):
         for wake in (float(x) / 1e3 for x in a.wakes_ms.split(",")):
-            rows = []
-            for c in cases:
-                d = fps[c.engine].request_overhead_s
-                idle_s, busy_s = d + wake, d - cut
-                V.replay_twin(c, fps[c.engine], infos[c.engine],
-                              int(V.twin_kv_tokens(infos[c.engine])),
-                              entry_delay=lambda idle_for, i=idle_s, b=busy_s: b if idle_for is None
-                              else i)
-                rows.append(V.compare(c))
+            rows = _score_all(cases, fps, infos, lambda d, idle_for, w=wake, k=cut:
+                              d - k if idle_for is None else d + w)
             print(f"| {cut * 1e3:g} | {wake * 1e3:g} | "
                   + " / ".join(f"{r['ttft_median_rel_err']:.1%}" for r in rows) + " | "
                   + " / ".join(f"{r['e2e_median_rel_err']:.1%}" for r in rows) + " |",

@@ -342,6 +342,11 @@ def test_entry_delay_fit_recovers_a_known_delay(tmp_path: Path) -> None:
     loaded = P.load_profile(tmp_path / "p.json")[2]
     assert loaded.entry.idle_wake_s == pytest.approx(fitted.idle_wake_s, abs=1e-8)
     assert loaded.entry.busy_cut_s == pytest.approx(fitted.busy_cut_s, abs=1e-8)
+    import inspect
+
+    from inframind_ray.fidelity import cli as C
+    for cmd in (C.validate, C.profile):  # opt-in: docs/fidelity.md, runs 13-14
+        assert inspect.signature(cmd).parameters["entry_requests"].default == 0
     assert "entry_delay" not in P.profile_document(
         "t", plain, model="m", hardware="cpu", num_gpus=0, engine={},
         grid=P.GridSpec())["profiles"]["t"]  # no entry delay fitted: the file is as before

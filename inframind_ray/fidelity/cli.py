@@ -242,7 +242,7 @@ def validate(
         help="prompt lengths of the --calibrate grid, tokens")] = "16,128,512",
     entry_requests: Annotated[int, typer.Option(
         help="with --calibrate: requests of the Poisson case that fits the entry delay "
-             "(busy / idle engine); 0 = none")] = 80,
+             "(busy / idle engine); 0 = none")] = 0,
 ) -> None:
     """Replay the same arrivals (Poisson per rate, a bursty trace, mixed deadlines, a small KV
     cache) against the real engine and the twin with the fitted profile; report per-request TTFT

@@ -21,6 +21,7 @@ beside the anchored ones (docs/fidelity.md has a run of each).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import time
@@ -204,9 +205,9 @@ def fit_entry(case: Case, fp: FittedProfile, info: EngineInfo, kv_tokens: int,
     waits for the running step to end, so the cut is only known to within a step."""
     entry = EntryDelay(0.0, tuple(edges), (0.0,) * (len(edges) + 1))
     d = fp.request_overhead_s
+    real = {r["i"]: r for r in case.real if r["status"] == "ok"}
     for _ in range(rounds):
-        replay_twin(case, FittedProfile(fp.profile, d, fp.fit, entry), info, kv_tokens)
-        real = {r["i"]: r for r in case.real if r["status"] == "ok"}
+        replay_twin(case, dataclasses.replace(fp, entry=entry), info, kv_tokens)
         busy, bins = [], [[] for _ in entry.idle_wake_s]
         for t in case.twin:
             r = real.get(t["i"])
