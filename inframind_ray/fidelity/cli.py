@@ -370,7 +370,7 @@ async def calibrate_engine(engine, info, maker, path: Path, key: str, measured_m
 
         rows = await P.run_grid(engine, maker.make, grid, tick)
     fp = P.fit(rows, per_batch=per_batch)
-    kv_tokens = V.twin_kv_tokens(info) or info.kv_capacity_tokens
+    kv_tokens = V.twin_kv_tokens(info)
     if entry_requests >= 2 and kv_tokens:
         case = V.entry_case(entry_requests, seed)
         with console.status(f"entry-delay calibration: {entry_requests} requests at "
