@@ -7,7 +7,7 @@ GPU (see docs/profiles.md). Everything else is assumed here; docs/twin.md lists 
 
 from __future__ import annotations
 
-from inframind_ray.workflow.prompts import Strategy
+from inframind_ray.core.strategy import Strategy
 
 # --- text -> tokens -----------------------------------------------------------------------------
 TOKENS_PER_WORD = 1.33

@@ -95,7 +95,7 @@ def bench(
     if "inframind" in pols:  # fail here, in one line, not inside a worker
         from inframind_ray.bench.runner import outcome_for
         from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
-        from inframind_ray.twin.pool import build_pool_info
+        from inframind_ray.pools.cards import build_pool_info
 
         LearnedPolicy.load(checkpoint or DEFAULT_CHECKPOINT,
                            build_pool_info(cfg, outcome_for(cfg, seed)))
@@ -184,7 +184,7 @@ def predictors(
     from inframind_ray.bench.runner import outcome_for
     from inframind_ray.config import load_pool
     from inframind_ray.policy import predictors as P
-    from inframind_ray.twin.pool import build_pool_info
+    from inframind_ray.pools.cards import build_pool_info
 
     cfg = load_pool(pool)
     info = build_pool_info(cfg, outcome_for(cfg, 0))
@@ -212,7 +212,7 @@ def predictors(
 def pools() -> None:
     """List the shipped pools and their models."""
     from inframind_ray.config import POOLS_DIR, load_pool
-    from inframind_ray.twin.pool import derive_hardware
+    from inframind_ray.pools.hardware import derive_hardware
 
     for path in sorted(POOLS_DIR.glob("*.yaml")):
         cfg = load_pool(path)
@@ -233,7 +233,7 @@ def embed(
 
     from inframind_ray import data
     from inframind_ray.embed import cache_dir, embed_items
-    from inframind_ray.workflow.prompts import format_question
+    from inframind_ray.tasks.prompts import format_question
 
     q = data.questions()
     if split not in ("train", "val", "test", "all"):

@@ -13,7 +13,7 @@ from rich.progress import track
 
 from inframind_ray import data
 from inframind_ray.embed import embed_texts
-from inframind_ray.workflow.prompts import format_question
+from inframind_ray.tasks.prompts import format_question
 
 
 def main() -> None:

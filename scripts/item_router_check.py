@@ -23,9 +23,9 @@ from sklearn.metrics import roc_auc_score
 from inframind_ray import data
 from inframind_ray.bench.runner import CellSpec, run_cell
 from inframind_ray.config import load_pool, resolve_pool_path
+from inframind_ray.core.types import StepContext
 from inframind_ray.policy import baselines as B
-from inframind_ray.policy.base import StepContext
-from inframind_ray.twin.workload import WorkloadSpec
+from inframind_ray.tasks.workload import WorkloadSpec
 
 
 def fit_predictions(pool, c: float) -> tuple[dict[str, np.ndarray], list[str]]:

@@ -20,8 +20,8 @@ from inframind_ray.bench.runner import CellSpec, run_cell
 from inframind_ray.config import load_pool, resolve_pool_path
 from inframind_ray.policy import baselines as B
 from inframind_ray.policy.base import TOKEN_BUDGET_QUANTILE
+from inframind_ray.tasks.workload import WorkloadSpec
 from inframind_ray.twin import pool as twin_pool
-from inframind_ray.twin.workload import WorkloadSpec
 
 
 def length_table(pool, quantiles: list[float]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from inframind_ray.bench.runner import CellSpec, run_cell
 from inframind_ray.config import load_pool
-from inframind_ray.twin.workload import WorkloadSpec
+from inframind_ray.tasks.workload import WorkloadSpec
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from inframind_ray import data
 from inframind_ray.bench.runner import CellSpec, outcome_for, run_cell
-from inframind_ray.twin.workload import WorkloadSpec, sample_items
+from inframind_ray.tasks.workload import WorkloadSpec, sample_items
 
 POLICIES = ("always-strongest", "static-task", "moa", "random", "round-robin", "least-loaded",
             "infra-heuristic", "inframind")
@@ -106,10 +106,10 @@ def test_strongest_topology_sheds_depth_on_the_strongest_model(pool):
 def test_infra_topology_voters_spread_to_free_models(pool):
     """An extra voter goes to the strongest model while it has a free slot, else to the most
     accurate model that has one."""
-    from inframind_ray.policy.base import ModelLoad, QueryInfo, StepContext, SystemState
+    from inframind_ray.core.topology import build_graph
+    from inframind_ray.core.types import ModelLoad, QueryInfo, StepContext, SystemState
     from inframind_ray.policy.baselines import InfraTopology
-    from inframind_ray.twin.pool import build_pool_info
-    from inframind_ray.workflow.topology import build_graph
+    from inframind_ray.pools.cards import build_pool_info
 
     info = build_pool_info(pool, outcome_for(pool, 0))
     pol = InfraTopology(info)
@@ -139,7 +139,7 @@ def test_metrics_view_serves_snapshots_of_the_period(pool):
     serving plane pushes them), with its age growing in between; period 0 reads fresh."""
     import asyncio
 
-    from inframind_ray.engine.request import EngineRequest
+    from inframind_ray.core.request import EngineRequest
     from inframind_ray.twin.pool import MetricsView, build_engines
     from inframind_ray.twin.simloop import run_simulated
 
@@ -167,7 +167,8 @@ def test_metrics_view_serves_snapshots_of_the_period(pool):
 def test_pool_history_seeds_every_model_deterministically(pool):
     """`bench --pool-history`: every model starts with a past load's latency EWMAs (the same
     for the same seed), which its metrics report before any request arrives."""
-    from inframind_ray.twin.pool import build_engines, build_pool_info, pool_history
+    from inframind_ray.pools.cards import build_pool_info
+    from inframind_ray.twin.pool import build_engines, pool_history
 
     info = build_pool_info(pool, outcome_for(pool, 0))
 
@@ -190,11 +191,11 @@ def test_priced_topology_sheds_the_queries_that_gain_least(pool):
     the 70B's queue grows the congestion toll sheds depth first for the categories where the
     70B is least accurate (law before biology), and far into the queue it moves a category where
     a weaker model comes close (psychology) to that model."""
-    from inframind_ray.policy.base import ModelLoad, QueryInfo, StepContext, SystemState
+    from inframind_ray.core.strategy import Strategy
+    from inframind_ray.core.topology import build_graph
+    from inframind_ray.core.types import ModelLoad, QueryInfo, StepContext, SystemState
     from inframind_ray.policy.baselines import IO_PLAN, PricedTopology
-    from inframind_ray.twin.pool import build_pool_info
-    from inframind_ray.workflow.prompts import Strategy
-    from inframind_ray.workflow.topology import build_graph
+    from inframind_ray.pools.cards import build_pool_info
 
     info = build_pool_info(pool, outcome_for(pool, 0))
     pol, big = PricedTopology(info), "llama-3.1-70b"
@@ -233,9 +234,9 @@ def test_price_list_wait_forms_and_congestion(pool):
     time, which is its whole end-to-end EWMA (``e2e``) or only its decode time plus a prefill
     (``service``); no wait while a slot is free. ``congestion`` counts requests per slot beyond
     the free slots."""
-    from inframind_ray.policy.base import ModelLoad
+    from inframind_ray.core.types import ModelLoad
     from inframind_ray.policy.latency import congestion, latency_terms
-    from inframind_ray.twin.pool import build_pool_info
+    from inframind_ray.pools.cards import build_pool_info
 
     m = build_pool_info(pool, outcome_for(pool, 0))["llama-3.1-70b"]  # 6 slots, 1 replica
 

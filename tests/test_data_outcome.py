@@ -11,16 +11,16 @@ from scipy import stats
 
 from inframind_ray import data
 from inframind_ray.assumptions import TOKENS_PER_WORD
-from inframind_ray.twin.outcome import OutcomeModel, plurality
-from inframind_ray.twin.workload import (
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.topology import NodeKind
+from inframind_ray.tasks.workload import (
     WorkloadSpec,
     arrival_times,
     make_queries,
     sample_items,
     split_items,
 )
-from inframind_ray.workflow.prompts import Strategy
-from inframind_ray.workflow.topology import NodeKind
+from inframind_ray.twin.outcome import OutcomeModel, plurality
 
 POOL = {"strong": "Meta-Llama-3_1-70B-Instruct", "small": "Phi-3-mini-4k-instruct"}
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from inframind_ray.engine.profile import IterationProfile
-from inframind_ray.engine.request import EngineRequest, RequestStatus
-from inframind_ray.engine.request_queue import EDFQueue, FCFSQueue, create_request_queue
-from inframind_ray.policy.base import ModelLoad
+from inframind_ray.core.profile import IterationProfile
+from inframind_ray.core.request import EngineRequest, RequestStatus
+from inframind_ray.core.request_queue import EDFQueue, FCFSQueue, create_request_queue
+from inframind_ray.core.types import ModelLoad
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.simloop import run_simulated
 

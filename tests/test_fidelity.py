@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inframind_ray.engine.request import EngineRequest
+from inframind_ray.core.request import EngineRequest
 from inframind_ray.fidelity import profile as P
 from inframind_ray.fidelity.real import PromptMaker, load_model, open_engine
 from inframind_ray.serving.engines.base import GenerateRequest
@@ -272,7 +272,7 @@ def test_validate_missing_profile_file(tmp_path: Path) -> None:
 def test_speed_anchor_scales_the_twin() -> None:
     """Probes 30 % slower than the profile -> speed 1.3; the anchored profile's lone-request
     latency is 1.3x the fixed one; a case's speed is the geometric mean of its two probes."""
-    from inframind_ray.engine.profile import IterationProfile
+    from inframind_ray.core.profile import IterationProfile
     from inframind_ray.fidelity import validate as V
 
     fp = P.FittedProfile(IterationProfile(3e-3, 2e-5, 1e-4, 3e-7), 5e-3, {})
@@ -304,7 +304,7 @@ def test_entry_delay_fit_recovers_a_known_delay(tmp_path: Path) -> None:
     delay: fit_entry, starting from the plain front-end delay, gets the delay back; the fitted
     delay survives the profile file; a busy request gets d - cut, an idle one d + its bin's
     wake."""
-    from inframind_ray.engine.profile import IterationProfile
+    from inframind_ray.core.profile import IterationProfile
     from inframind_ray.fidelity import validate as V
     from inframind_ray.fidelity.real import EngineInfo
 
@@ -388,7 +388,7 @@ def _twin(*args: str) -> subprocess.CompletedProcess:
 def test_decode_factors_scale_decode_iterations_only() -> None:
     """Per-batch decode factors multiply decode-only iterations, interpolated between measured
     batch sizes and clamped beyond them; prefill iterations and an empty table stay linear."""
-    from inframind_ray.engine.profile import IterationProfile
+    from inframind_ray.core.profile import IterationProfile
 
     lin = IterationProfile(c0=0.01, c_prefill=1e-4, c_decode=1e-3, c_kv=0.0)
     fac = IterationProfile(c0=0.01, c_prefill=1e-4, c_decode=1e-3, c_kv=0.0,

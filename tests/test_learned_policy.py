@@ -10,17 +10,19 @@ import numpy as np
 import pytest
 import torch
 
-from inframind_ray.policy.base import ModelLoad, StepContext, StepDecision, SystemState
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.topology import NodeKind, Plan, Topology, build_graph
+from inframind_ray.core.types import ModelLoad, StepContext, StepDecision, SystemState
+from inframind_ray.orchestration.runner import run_query
 from inframind_ray.policy.features import PLAN_ACTIONS, FeatureBuilder
 from inframind_ray.policy.learned import CheckpointError, LearnedPolicy
+from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.tasks.prompts import extract_answer
+from inframind_ray.tasks.workload import WorkloadSpec, make_queries
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import build_engines, build_pool_info
+from inframind_ray.twin.pool import build_engines
 from inframind_ray.twin.simloop import run_simulated
-from inframind_ray.twin.workload import WorkloadSpec, make_queries
-from inframind_ray.workflow.prompts import Strategy, extract_answer
-from inframind_ray.workflow.runner import run_query
-from inframind_ray.workflow.topology import NodeKind, Plan, Topology, build_graph
 
 
 @pytest.fixture(scope="module")

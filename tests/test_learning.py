@@ -127,8 +127,8 @@ def test_tiny_training_beats_untrained_and_resumes(ray_local, tmp_path):
     assert [r["iteration"] for r in rows] == [0, 1]
     assert rows[1]["lambda"] is not None and rows[1]["eval"][0]["model_mix"]
     from inframind_ray.config import load_pool
+    from inframind_ray.pools.cards import build_pool_info
     from inframind_ray.twin.outcome import OutcomeModel
-    from inframind_ray.twin.pool import build_pool_info
 
     pool = load_pool("default")
     info = build_pool_info(pool, OutcomeModel({m.name: m.recorded for m in pool.models}))

@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from inframind_ray.bench.runner import CellSpec, run_cell
+from inframind_ray.core.strategy import Strategy
 from inframind_ray.errors import ConfigError
 from inframind_ray.policy import predictors as P
+from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.tasks.workload import WorkloadSpec
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import build_pool_info
-from inframind_ray.twin.workload import WorkloadSpec
-from inframind_ray.workflow.prompts import Strategy
 
 
 def _telemetry(pool, split: str, seed: int, path) -> None:

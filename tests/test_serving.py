@@ -16,16 +16,17 @@ import ray
 from ray import serve
 
 from inframind_ray.config import load_pool
-from inframind_ray.policy.base import SystemState
+from inframind_ray.core.types import SystemState
+from inframind_ray.orchestration.runner import run_query
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.learned import LearnedPolicy
+from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.serving.engines.base import GenerateRequest
+from inframind_ray.tasks.workload import WorkloadSpec, make_queries
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import build_engines, build_pool_info
+from inframind_ray.twin.pool import build_engines
 from inframind_ray.twin.simloop import run_simulated
-from inframind_ray.twin.workload import WorkloadSpec, make_queries
-from inframind_ray.workflow.runner import run_query
 
 POOL = Path(__file__).parent / "pools" / "serve_test.yaml"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from inframind_ray.replica.admission import DeadlineQueue
+from inframind_ray.replica.load_view import MetricsHub, ReplicaSnapshot
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
-from inframind_ray.serving.metrics import MetricsHub, ReplicaSnapshot
-from inframind_ray.serving.replica_queue import DeadlineQueue
 
 
 def _req(name: str, deadline_in: float) -> GenerateRequest:
@@ -152,9 +152,9 @@ def test_bad_checkpoint_falls_back_to_heuristic_and_says_so(tmp_path, break_it):
     from inframind_ray.config import load_pool
     from inframind_ray.policy.baselines import InfraHeuristic
     from inframind_ray.policy.learned import LearnedPolicy
+    from inframind_ray.pools.cards import build_pool_info
     from inframind_ray.serving.orchestrator import Orchestrator
     from inframind_ray.twin.outcome import OutcomeModel
-    from inframind_ray.twin.pool import build_pool_info
 
     cfg = load_pool(Path(__file__).parent / "pools" / "serve_test.yaml")
     ckpt = tmp_path / "ckpt"

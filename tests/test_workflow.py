@@ -6,20 +6,21 @@ import asyncio
 
 import pytest
 
-from inframind_ray.engine.profile import IterationProfile
-from inframind_ray.policy.base import (
+from inframind_ray.core.profile import IterationProfile
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.topology import NodeKind, Plan, Topology, build_graph
+from inframind_ray.core.types import (
     ModelInfo,
     ModelLoad,
-    Policy,
     PoolInfo,
     QueryInfo,
     StepDecision,
     SystemState,
 )
+from inframind_ray.orchestration.runner import AgentCall, AgentResult, run_query
+from inframind_ray.policy.base import Policy
+from inframind_ray.tasks.prompts import extract_answer, format_answer
 from inframind_ray.twin.simloop import run_simulated
-from inframind_ray.workflow.prompts import Strategy, extract_answer, format_answer
-from inframind_ray.workflow.runner import AgentCall, AgentResult, run_query
-from inframind_ray.workflow.topology import NodeKind, Plan, Topology, build_graph
 
 EXPECTED = {  # (topology, k) -> (nodes, critical path)
     (Topology.IO, 1): (1, 1),

@@ -11,15 +11,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from inframind_ray.config import PoolConfig
-from inframind_ray.policy.base import QueryInfo
+from inframind_ray.core.topology import build_graph
+from inframind_ray.core.types import QueryInfo
+from inframind_ray.orchestration.runner import AgentResult, QueryResult, run_query
 from inframind_ray.policy.baselines import make_policy
+from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.tasks.workload import WorkloadSpec, make_queries
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import MetricsView, build_engines, build_pool_info, pool_history
+from inframind_ray.twin.pool import MetricsView, build_engines, pool_history
 from inframind_ray.twin.simloop import run_simulated
-from inframind_ray.twin.workload import WorkloadSpec, make_queries
-from inframind_ray.workflow.runner import AgentResult, QueryResult, run_query
-from inframind_ray.workflow.topology import build_graph
 
 QUEUE_SAMPLE_S = 1.0
 HORIZON_FACTOR = 20.0  # a run ends at last arrival + this x the largest budget, at the latest

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from inframind_ray.bench.runner import CellResult, CellSpec, run_cell
 from inframind_ray.config import PoolConfig
-from inframind_ray.twin.workload import WorkloadSpec, sample_items
+from inframind_ray.tasks.workload import WorkloadSpec, sample_items
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from inframind_ray.engine.profile import IterationProfile
+from inframind_ray.core.profile import IterationProfile
 from inframind_ray.errors import ConfigError
 from inframind_ray.serving.engines.base import Engine, GenerateRequest
 

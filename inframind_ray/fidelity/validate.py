@@ -31,13 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
-from inframind_ray.engine.request import EngineRequest
+from inframind_ray.core.request import EngineRequest
 from inframind_ray.fidelity.profile import EntryDelay, FittedProfile, predict_lone
 from inframind_ray.fidelity.real import FAR_FUTURE_S, EngineInfo
 from inframind_ray.serving.engines.base import Engine, GenerateRequest
+from inframind_ray.tasks.workload import WorkloadSpec, arrival_times
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.simloop import run_simulated
-from inframind_ray.twin.workload import WorkloadSpec, arrival_times
 
 SAMPLE_DT_S = 0.25
 """Period of the engine-state samples (waiting/running/KV, for the plot; queue depth is scored

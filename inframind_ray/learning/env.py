@@ -30,30 +30,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
 from inframind_ray.config import PoolConfig, load_pool
-from inframind_ray.policy.base import (
-    Policy,
-    PoolInfo,
-    QueryInfo,
-    StepContext,
-    StepDecision,
-    SystemState,
-)
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.topology import Plan, build_graph
+from inframind_ray.core.types import PoolInfo, QueryInfo, StepContext, StepDecision, SystemState
+from inframind_ray.orchestration.runner import AgentResult, QueryResult, run_query
+from inframind_ray.policy.base import Policy
 from inframind_ray.policy.features import FeatureBuilder, plan_of
 from inframind_ray.policy.latency import free_slots
+from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.tasks.workload import WorkloadSpec, make_queries
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import (
-    MetricsView,
-    ModelReplicas,
-    build_engines,
-    build_pool_info,
-    pool_history,
-)
+from inframind_ray.twin.pool import MetricsView, ModelReplicas, build_engines, pool_history
 from inframind_ray.twin.simloop import run_simulated
-from inframind_ray.twin.workload import WorkloadSpec, make_queries
-from inframind_ray.workflow.prompts import Strategy
-from inframind_ray.workflow.runner import AgentResult, QueryResult, run_query
-from inframind_ray.workflow.topology import Plan, build_graph
 
 MAX_NODES = 9  # Debate(K=4, 2 rounds) + aggregator
 TOLL_CAP = 0.5  # a call's toll never exceeds this: a correct answer still outranks a wrong one

@@ -180,7 +180,7 @@ def evaluate(cfg: TrainConfig, checkpoint: Path | None, policy: str = "inframind
     """Validation-split twin runs (one per eval rate) with the bench's cell runner."""
     from inframind_ray.bench.runner import CellSpec, run_cell
     from inframind_ray.config import load_pool
-    from inframind_ray.twin.workload import WorkloadSpec
+    from inframind_ray.tasks.workload import WorkloadSpec
 
     pool = load_pool(cfg.env.pool)
     rows = []

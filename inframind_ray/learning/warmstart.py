@@ -17,16 +17,17 @@ import numpy as np
 import torch
 from rich.progress import Progress
 
+from inframind_ray.core.topology import Plan
+from inframind_ray.core.types import QueryInfo, StepContext, StepDecision, SystemState
 from inframind_ray.learning.env import Episode, start_pool
-from inframind_ray.policy.base import Policy, QueryInfo, StepContext, StepDecision, SystemState
+from inframind_ray.orchestration.runner import run_query
+from inframind_ray.policy.base import Policy
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.features import PLAN_ACTIONS, STRATEGIES
 from inframind_ray.policy.learned import LearnedPolicy
+from inframind_ray.tasks.workload import make_queries
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.simloop import run_simulated
-from inframind_ray.twin.workload import make_queries
-from inframind_ray.workflow.runner import run_query
-from inframind_ray.workflow.topology import Plan
 
 
 class _Recorder(Policy):

@@ -13,20 +13,20 @@ from collections.abc import Callable
 
 import numpy as np
 
-from inframind_ray.policy.base import (
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.topology import NodeKind, Plan, Topology
+from inframind_ray.core.types import (
     ModelInfo,
     ModelLoad,
-    Policy,
     PoolInfo,
     QueryInfo,
     StepContext,
     StepDecision,
     SystemState,
 )
+from inframind_ray.policy.base import Policy
 from inframind_ray.policy.latency import congestion, free_slots, latency_terms, predict_latency
 from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
-from inframind_ray.workflow.prompts import Strategy
-from inframind_ray.workflow.topology import NodeKind, Plan, Topology
 
 IO_PLAN = Plan.make(Topology.IO)
 SAFETY = 0.85  # fraction of the per-step budget a predicted latency may use

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from inframind_ray.policy.base import PoolInfo, QueryInfo, StepContext, SystemState
-from inframind_ray.policy.latency import congestion, latency_terms, slots
-from inframind_ray.workflow.prompts import Strategy
-from inframind_ray.workflow.topology import (
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.topology import (
     AGGREGATOR_ROLE,
     DEFAULT_ROLES,
     MAX_AGENTS,
@@ -16,6 +14,8 @@ from inframind_ray.workflow.topology import (
     Plan,
     Topology,
 )
+from inframind_ray.core.types import PoolInfo, QueryInfo, StepContext, SystemState
+from inframind_ray.policy.latency import congestion, latency_terms, slots
 
 EMB_DIM = 384
 STRATEGIES = tuple(Strategy)

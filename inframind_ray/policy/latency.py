@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from inframind_ray.policy.base import ModelInfo, ModelLoad
+from inframind_ray.core.types import ModelInfo, ModelLoad
 
 
 def slots(info: ModelInfo, load: ModelLoad) -> int:

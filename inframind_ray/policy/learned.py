@@ -18,17 +18,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from inframind_ray.core.topology import Plan
+from inframind_ray.core.types import PoolInfo, QueryInfo, StepContext, StepDecision, SystemState
 from inframind_ray.errors import InframindError
-from inframind_ray.policy.base import (
-    Policy,
-    PoolInfo,
-    QueryInfo,
-    StepContext,
-    StepDecision,
-    SystemState,
-)
+from inframind_ray.policy.base import Policy
 from inframind_ray.policy.features import EMB_DIM, FeatureBuilder, plan_of
-from inframind_ray.workflow.topology import Plan
 
 NEG = -1e9
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "data" / "policy"

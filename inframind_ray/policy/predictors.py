@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy.optimize import nnls
 
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.types import ModelInfo, ModelLoad, PoolInfo
 from inframind_ray.errors import ConfigError
-from inframind_ray.policy.base import ModelInfo, ModelLoad, PoolInfo
 from inframind_ray.policy.latency import latency_terms, predict_latency
-from inframind_ray.workflow.prompts import Strategy
 
 LOAD_COLUMNS = ("load_waiting", "load_running", "load_kv_usage", "load_e2e_ewma_s",
                 "load_replicas")

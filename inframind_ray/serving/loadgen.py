@@ -13,7 +13,7 @@ import aiohttp
 import numpy as np
 
 from inframind_ray.errors import ConfigError
-from inframind_ray.twin.workload import WorkloadSpec, budgets, sample_items
+from inframind_ray.tasks.workload import WorkloadSpec, budgets, sample_items
 
 MAX_QUERIES = 20_000
 

@@ -12,23 +12,23 @@ import time
 import uuid
 from pathlib import Path
 
-from opentelemetry.trace import NoOpTracer
-
 from inframind_ray import assumptions as A
 from inframind_ray.config import PoolConfig
-from inframind_ray.policy.base import Policy, QueryInfo, prompt_tokens
+from inframind_ray.core.topology import build_graph
+from inframind_ray.core.types import QueryInfo
+from inframind_ray.orchestration.runner import AgentCall, AgentResult, QueryResult, run_query
+from inframind_ray.policy.base import Policy
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.learned import CheckpointError
+from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.replica.load_view import MetricsHub, ReplicaSnapshot
+from inframind_ray.serving.backend import ServeBackend
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
-from inframind_ray.serving.metrics import MetricsHub, ReplicaSnapshot
 from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
 from inframind_ray.serving.tracing import Tracing
+from inframind_ray.tasks.prompts import format_question
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import build_pool_info
-from inframind_ray.workflow.prompts import format_question
-from inframind_ray.workflow.runner import AgentCall, AgentResult, QueryResult, run_query
-from inframind_ray.workflow.topology import build_graph
 
 log = logging.getLogger(__name__)
 
@@ -37,56 +37,6 @@ APP_NAME = "inframind"
 
 class UserError(ValueError):
     """A request the client must fix (HTTP 400)."""
-
-
-class ServeBackend:
-    """Agent calls as ``generate`` requests to the model deployments."""
-
-    def __init__(self, handles: dict, on_call=None, tracer=None) -> None:  # noqa: ANN001
-        self.handles = handles
-        self.on_call = on_call
-        self.tracer = tracer or NoOpTracer()
-
-    async def call(self, call: AgentCall) -> AgentResult:
-        """One deployment-handle hop; the query's deadline travels as an epoch deadline."""
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        ups = [u for u in call.upstream if u.status == "ok"]
-        up_tokens = sum(u.output_tokens for u in ups)
-        req = GenerateRequest(
-            request_id=f"{call.query.query_id}/{call.node.id}",
-            prompt=call.prompt,
-            max_tokens=call.max_tokens,
-            deadline=time.time() + (call.deadline - start),
-            strategy=call.strategy.value,
-            kind=call.node.kind.value,
-            item_id=call.query.item_id,
-            upstream_answers=tuple(u.answer for u in ups),
-            prompt_tokens_hint=prompt_tokens(call.query, call.strategy, up_tokens),
-            upstream_tokens=up_tokens,
-            sample=call.sample,
-        )
-        with self.tracer.start_as_current_span("agent_call", attributes={
-                "query_id": call.query.query_id, "node": call.node.id, "role": call.node.role,
-                "model": call.model, "strategy": call.strategy.value}) as span:
-            resp = self.handles[call.model].generate.remote(req)
-            try:
-                res: GenerateResult = await resp
-            except asyncio.CancelledError:
-                resp.cancel()
-                span.set_attribute("status", "cancelled")
-                raise
-            span.set_attribute("status", res.status)
-            span.set_attribute("queue_wait_s", res.queue_wait_s)
-            span.set_attribute("output_tokens", res.output_tokens)
-        end = loop.time()
-        ttft = None if res.ttft_s is None else start + res.queue_wait_s + res.ttft_s
-        out = AgentResult(call.node.id, call.node.role, call.node.kind.value, call.model,
-                          call.strategy, res.status, res.text, start, end, ttft,
-                          res.prompt_tokens, res.output_tokens, res.preemptions)
-        if self.on_call:
-            self.on_call(call, res, out)
-        return out
 
 
 class Orchestrator:
@@ -312,12 +262,12 @@ class _FixedModel(Policy):
         self.model = model
 
     def _plan(self, query, state):  # noqa: ANN001, ANN202
-        from inframind_ray.workflow.topology import Plan, Topology
+        from inframind_ray.core.topology import Plan, Topology
 
         return Plan.make(Topology.IO)
 
     def _decide(self, ctx):  # noqa: ANN001, ANN202
-        from inframind_ray.policy.base import StepDecision
-        from inframind_ray.workflow.prompts import Strategy
+        from inframind_ray.core.strategy import Strategy
+        from inframind_ray.core.types import StepDecision
 
         return StepDecision(self.model, Strategy.FLASH)

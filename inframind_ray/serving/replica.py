@@ -13,10 +13,10 @@ from ray import serve
 from ray.util.metrics import Gauge
 
 from inframind_ray.config import ModelConfig, PoolConfig
+from inframind_ray.replica.admission import DeadlineQueue
+from inframind_ray.replica.load_view import ReplicaSnapshot
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.engines.factory import make_engine
-from inframind_ray.serving.metrics import ReplicaSnapshot
-from inframind_ray.serving.replica_queue import DeadlineQueue
 
 NAMESPACE = "inframind"
 ORCHESTRATOR = "inframind-orchestrator"

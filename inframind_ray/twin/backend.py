@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from inframind_ray.engine.request import EngineRequest, RequestStatus
-from inframind_ray.policy.base import prompt_tokens as prompt_tokens_of
+from inframind_ray.core.request import EngineRequest, RequestStatus
+from inframind_ray.core.types import prompt_tokens as prompt_tokens_of
+from inframind_ray.orchestration.runner import AgentCall, AgentResult
 from inframind_ray.twin.outcome import OutcomeModel
 from inframind_ray.twin.pool import ModelReplicas
-from inframind_ray.workflow.runner import AgentCall, AgentResult
 
 _STATUS = {RequestStatus.FINISHED: "ok", RequestStatus.REJECTED: "rejected",
            RequestStatus.ABORTED: "deadline"}

@@ -21,9 +21,9 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from inframind_ray.engine.profile import IterationProfile
-from inframind_ray.engine.request import EngineRequest, EngineResult, RequestStatus, ewma
-from inframind_ray.engine.request_queue import (
+from inframind_ray.core.profile import IterationProfile
+from inframind_ray.core.request import EngineRequest, EngineResult, RequestStatus, ewma
+from inframind_ray.core.request_queue import (
     SchedulingPolicy,
     create_request_queue,
     earliest_slacks,

@@ -14,8 +14,9 @@ import numpy as np
 
 from inframind_ray import assumptions as A
 from inframind_ray import data
-from inframind_ray.workflow.prompts import LETTERS, Strategy, format_answer
-from inframind_ray.workflow.topology import NodeKind
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.topology import NodeKind
+from inframind_ray.tasks.prompts import LETTERS, format_answer
 
 SIMULATED_TEXT = ("[twin engine: a simulated response; the twin replays recorded answers for "
                   "MMLU-Pro benchmark items only]")

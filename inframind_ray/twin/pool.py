@@ -4,100 +4,14 @@ see."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 import numpy as np
 
-from inframind_ray import assumptions as A
-from inframind_ray import data
-from inframind_ray.config import ModelConfig, PoolConfig
-from inframind_ray.engine.profile import IterationProfile
-from inframind_ray.errors import ConfigError
-from inframind_ray.policy.base import (
-    TOKEN_BUDGET_QUANTILE,
-    ModelInfo,
-    ModelLoad,
-    PoolInfo,
-    SystemState,
-)
+from inframind_ray.config import PoolConfig
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.types import ModelLoad, PoolInfo, SystemState
+from inframind_ray.pools.hardware import derive_hardware
 from inframind_ray.twin.engine import TwinEngine
-from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.workflow.prompts import Strategy
-
-GB = 1e9
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """A pool model's derived serving facts."""
-
-    profile: IterationProfile
-    kv_capacity: int
-    weights_gb: float
-
-
-def _arch(name: str) -> dict:
-    archs = data.profiles()["architectures"]
-    if name not in archs:
-        raise ConfigError("pool.models", f"no architecture known for {name!r}")
-    return archs[name]
-
-
-def derive_hardware(m: ModelConfig) -> Hardware:
-    """Move the measured profile to this model and GPU (named assumptions) and size its KV cache."""
-    prof = data.profiles()["profiles"][m.profile]
-    src, dst = _arch(prof["architecture"]), _arch(m.recorded)
-    n_src, n_dst = prof["num_gpus"], m.gpus_per_replica
-    bw = A.GPU_MEMORY_BANDWIDTH_TBPS
-    tf = A.GPU_DENSE_BF16_TFLOPS
-    mem_f = (bw[m.gpu] * n_dst) / (bw[prof["hardware"]] * n_src)
-    cmp_f = (tf[m.gpu] * n_dst) / (tf[prof["hardware"]] * n_src)
-    w_ratio = dst["params_b"] / src["params_b"]
-    c_ratio = dst.get("active_params_b", dst["params_b"]) / src.get("active_params_b",
-                                                                     src["params_b"])
-    kv_ratio = dst["kv_bytes_per_token"] / src["kv_bytes_per_token"]
-    profile = IterationProfile(
-        c0=prof["c0_s"] * w_ratio / mem_f,
-        c_prefill=prof["c_prefill_s"] * c_ratio / cmp_f,
-        c_decode=prof["c_decode_s"] * c_ratio / mem_f,
-        c_kv=prof["c_kv_s"] * kv_ratio / mem_f,
-    )
-    weights_gb = dst["params_b"] * dst.get("bytes_per_param", 2)
-    free = (A.GPU_MEMORY_UTILIZATION * A.GPU_MEMORY_GB[m.gpu]
-            - A.ACTIVATION_RESERVE_GB_PER_GPU) * n_dst - weights_gb
-    kv = m.kv_capacity_tokens or int(free * GB / dst["kv_bytes_per_token"])
-    if kv < 2048:
-        raise ConfigError(
-            f"pool.models.{m.name}",
-            f"{m.recorded} ({weights_gb:.0f} GB of weights) leaves no room for a KV cache on "
-            f"{n_dst} x {m.gpu}; add gpus_per_replica",
-        )
-    return Hardware(profile, kv, weights_gb)
-
-
-def build_pool_info(cfg: PoolConfig, outcome: OutcomeModel) -> PoolInfo:
-    """Static facts per model (train-split accuracies, token caps, profile)."""
-    models = []
-    for m in cfg.models:
-        hw = derive_hardware(m)
-        acc, by_cat = outcome.train_accuracy(m.name)
-        budget, budget_expected = outcome.length_budget(m.name, TOKEN_BUDGET_QUANTILE)
-        models.append(
-            ModelInfo(
-                name=m.name,
-                profile=hw.profile,
-                max_num_seqs=m.max_num_seqs,
-                replicas=m.replicas,
-                kv_capacity=hw.kv_capacity,
-                max_tokens=outcome.max_tokens[m.name],
-                expected_tokens=outcome.expected_tokens[m.name],
-                accuracy_by_category=by_cat,
-                accuracy=acc,
-                budget_tokens=min(budget, outcome.max_tokens[m.name][Strategy.DEEPTHINK]),
-                budget_expected_tokens=budget_expected,
-            )
-        )
-    return PoolInfo(tuple(models))
 
 
 class ModelReplicas:

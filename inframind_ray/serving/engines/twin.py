@@ -8,13 +8,14 @@ import time
 
 from inframind_ray.assumptions import TOKENS_PER_WORD
 from inframind_ray.config import ModelConfig, TwinEngineSpec
-from inframind_ray.engine.request import EngineRequest, RequestStatus
+from inframind_ray.core.request import EngineRequest, RequestStatus
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.topology import NodeKind
+from inframind_ray.pools.hardware import derive_hardware
 from inframind_ray.serving.engines.base import Engine, EngineStats, GenerateRequest, GenerateResult
+from inframind_ray.tasks.prompts import format_answer
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import derive_hardware
-from inframind_ray.workflow.prompts import Strategy, format_answer
-from inframind_ray.workflow.topology import NodeKind
 
 
 class WallClockTwinEngine(Engine):

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from inframind_ray.policy.base import ModelLoad, Policy, QueryInfo, StepContext, SystemState
-from inframind_ray.workflow.prompts import Strategy, build_prompt, extract_answer
-from inframind_ray.workflow.topology import AgentNode, Plan, build_graph
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.topology import AgentNode, Plan, build_graph
+from inframind_ray.core.types import ModelLoad, QueryInfo, StepContext, SystemState
+from inframind_ray.policy.base import Policy
+from inframind_ray.tasks.prompts import build_prompt, extract_answer
 
 
 @dataclass(frozen=True)

@@ -6,18 +6,11 @@ format so the same extractor grades both.
 
 from __future__ import annotations
 
-import enum
 import re
 
+from inframind_ray.core.strategy import Strategy
+
 LETTERS = "ABCDEFGHIJ"
-
-
-class Strategy(enum.StrEnum):
-    """How deeply an agent reasons. Enforced by prompt AND a model-aware max_tokens."""
-
-    FLASH = "flash"
-    CONCISE = "concise"
-    DEEPTHINK = "deepthink"
 
 
 STRATEGY_INSTRUCTIONS = {

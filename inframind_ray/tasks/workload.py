@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from inframind_ray import data
+from inframind_ray.core.types import QueryInfo
 from inframind_ray.errors import ConfigError
-from inframind_ray.policy.base import QueryInfo
+from inframind_ray.tasks.prompts import format_question
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.workflow.prompts import format_question
 
 SPLITS = ("train", "val", "test")
 

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from inframind_ray.engine.request import EngineRequest
+from inframind_ray.core.request import EngineRequest
 
 
 class SchedulingPolicy(enum.StrEnum):

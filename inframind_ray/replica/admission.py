@@ -3,7 +3,7 @@
 Bounded; admits requests to the engine in deadline order up to the engine's capacity; a request
 whose deadline cannot be met is answered at once with an explicit ``deadline`` result instead of
 occupying the engine, or when its deadline passes while it waits; a full queue answers
-``overloaded`` at once. The heap is the shared ``engine.request_queue.EDFQueue``.
+``overloaded`` at once. The heap is the shared ``core.request_queue.EDFQueue``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from inframind_ray.engine.request import EngineRequest, ewma
-from inframind_ray.engine.request_queue import EDFQueue, earliest_slacks
+from inframind_ray.core.request import EngineRequest, ewma
+from inframind_ray.core.request_queue import EDFQueue, earliest_slacks
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 
 RunFn = Callable[[GenerateRequest], Awaitable[GenerateResult]]

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
-from inframind_ray.policy.base import ModelLoad, SystemState
+from inframind_ray.core.types import ModelLoad, SystemState
 
 
 @dataclass(frozen=True)

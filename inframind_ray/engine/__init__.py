@@ -1,1 +1,0 @@
-"""Engine contracts shared by the twin and the serving plane: requests, queues, profiles."""

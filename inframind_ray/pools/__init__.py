@@ -1,0 +1,1 @@
+"""Pools: the shipped pool files (YAML), each model's hardware facts and its model card."""

@@ -1,0 +1,62 @@
+"""Agent calls of the workflow runner as ``generate`` requests to the model deployments."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from opentelemetry.trace import NoOpTracer
+
+from inframind_ray.core.types import prompt_tokens
+from inframind_ray.orchestration.runner import AgentCall, AgentResult
+from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
+
+
+class ServeBackend:
+    """Agent calls as ``generate`` requests to the model deployments."""
+
+    def __init__(self, handles: dict, on_call=None, tracer=None) -> None:  # noqa: ANN001
+        self.handles = handles
+        self.on_call = on_call
+        self.tracer = tracer or NoOpTracer()
+
+    async def call(self, call: AgentCall) -> AgentResult:
+        """One deployment-handle hop; the query's deadline travels as an epoch deadline."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        ups = [u for u in call.upstream if u.status == "ok"]
+        up_tokens = sum(u.output_tokens for u in ups)
+        req = GenerateRequest(
+            request_id=f"{call.query.query_id}/{call.node.id}",
+            prompt=call.prompt,
+            max_tokens=call.max_tokens,
+            deadline=time.time() + (call.deadline - start),
+            strategy=call.strategy.value,
+            kind=call.node.kind.value,
+            item_id=call.query.item_id,
+            upstream_answers=tuple(u.answer for u in ups),
+            prompt_tokens_hint=prompt_tokens(call.query, call.strategy, up_tokens),
+            upstream_tokens=up_tokens,
+            sample=call.sample,
+        )
+        with self.tracer.start_as_current_span("agent_call", attributes={
+                "query_id": call.query.query_id, "node": call.node.id, "role": call.node.role,
+                "model": call.model, "strategy": call.strategy.value}) as span:
+            resp = self.handles[call.model].generate.remote(req)
+            try:
+                res: GenerateResult = await resp
+            except asyncio.CancelledError:
+                resp.cancel()
+                span.set_attribute("status", "cancelled")
+                raise
+            span.set_attribute("status", res.status)
+            span.set_attribute("queue_wait_s", res.queue_wait_s)
+            span.set_attribute("output_tokens", res.output_tokens)
+        end = loop.time()
+        ttft = None if res.ttft_s is None else start + res.queue_wait_s + res.ttft_s
+        out = AgentResult(call.node.id, call.node.role, call.node.kind.value, call.model,
+                          call.strategy, res.status, res.text, start, end, ttft,
+                          res.prompt_tokens, res.output_tokens, res.preemptions)
+        if self.on_call:
+            self.on_call(call, res, out)
+        return out

@@ -1,0 +1,1 @@
+"""Task families: items, prompts per strategy and role, answer extraction and grading."""
