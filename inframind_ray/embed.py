@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-DIM = 384
+from inframind_ray.core.constants import EMBEDDING_DIM
+
+DIM = EMBEDDING_DIM
 
 
 def cache_dir() -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-EWMA_ALPHA = 0.2  # weight of the newest request in the latency EWMAs that replicas report
+from inframind_ray.core.constants import EWMA_ALPHA
 
 
 def ewma(old: float, new: float, alpha: float = EWMA_ALPHA) -> float:

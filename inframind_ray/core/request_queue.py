@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Iterator
 
+from inframind_ray.core.constants import SLACK_CAP
 from inframind_ray.core.request import EngineRequest
 
 
@@ -149,9 +150,6 @@ def create_request_queue(policy: SchedulingPolicy | str) -> RequestQueue:
     """Factory keyed by :class:`SchedulingPolicy`."""
     policy = SchedulingPolicy(policy)
     return FCFSQueue() if policy is SchedulingPolicy.FCFS else EDFQueue()
-
-
-SLACK_CAP = 64  # deadlines a replica lists per load snapshot (its earliest)
 
 
 def earliest_slacks(deadlines: Iterable[float], now: float) -> tuple[float, ...]:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from inframind_ray.core.constants import SLACK_CAP
 from inframind_ray.core.profile import IterationProfile
-from inframind_ray.core.request_queue import SLACK_CAP
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import AgentNode, Plan, Topology
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from inframind_ray.core.constants import EMBEDDING_DIM
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import (
     AGGREGATOR_ROLE,
@@ -17,7 +18,7 @@ from inframind_ray.core.topology import (
 from inframind_ray.core.types import PoolInfo, QueryInfo, StepContext, SystemState
 from inframind_ray.policy.latency import congestion, latency_terms, slots
 
-EMB_DIM = 384
+EMB_DIM = EMBEDDING_DIM
 STRATEGIES = tuple(Strategy)
 ROLES = (*DEFAULT_ROLES, AGGREGATOR_ROLE)
 KINDS = tuple(NodeKind)
