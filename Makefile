@@ -25,8 +25,9 @@ install-cpu: $(VENV)/.cpu
 demo: install  ## the main job: the twin pool on Ray Serve, HTTP load, two policies, two rates
 	$(BIN)/inframind demo --out runs/demo
 
-test: install-cpu  ## lint + the whole test suite (what CI runs)
+test: install-cpu  ## lint, the rooms' import contracts (.importlinter), the whole test suite (= CI)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 bench: install  ## the twin sweep recorded in docs/twin.md and docs/learning.md
@@ -45,7 +46,7 @@ predictors: install  ## latency/length predictors fitted on twin telemetry (docs
 		--eval runs/telemetry-val/calls.parquet --out docs/learning/predictors
 
 speed: install  ## the twin speed figure in docs/twin.md
-	$(BIN)/python scripts/twin_speed.py --queries 2400 --out docs/bench/speed.json
+	$(BIN)/python experiments/twin_speed.py --queries 2400 --out docs/bench/speed.json
 
 overhead: install  ## the serving overhead figure in docs/serving.md
 	$(BIN)/inframind overhead --n 300 --out docs/serving/overhead

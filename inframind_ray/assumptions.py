@@ -102,6 +102,15 @@ GPU_MEMORY_UTILIZATION = 0.90
 ACTIVATION_RESERVE_GB_PER_GPU = 4.0
 """Activation and CUDA-graph memory vLLM keeps outside the KV cache, per GPU."""
 
+# --- policies ----------------------------------------------------------------------------------
+TOKEN_BUDGET_QUANTILE = 0.98
+"""A policy with ``token_budget`` caps each DeepThink call at this quantile of the model's
+recorded answer lengths (train split), not at the serving cap (assumptions.MAX_TOKENS_QUANTILE).
+The longest answers are mostly wrong: the 70B's longest 2 % (over 525 tokens) are right 12.6 %
+of the time against 62.5 % overall; 16 % of its output tokens lie beyond that length, and
+0.4 % of its correct answers. Chosen on the validation split among 0.95 / 0.97 / 0.98 / 0.99
+(experiments/token_budget_check.py, docs/learning.md)."""
+
 # --- workload -----------------------------------------------------------------------------------
 BUDGET_RANGE_S = (20.0, 90.0)
 """Default latency budget per query: uniform between these seconds. Wide enough that a

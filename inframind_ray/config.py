@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from inframind_ray import assumptions as A
 from inframind_ray import data
+from inframind_ray.core import constants as C
 from inframind_ray.errors import ConfigError
 
 POOLS_DIR = Path(str(resources.files("inframind_ray") / "pools"))
@@ -96,25 +98,25 @@ class ModelConfig(BaseModel):
     @field_validator("recorded")
     @classmethod
     def _known_recorded(cls, v: str) -> str:
-        known = data.outcomes().keys()
-        if v not in known:
-            raise ValueError(f"unknown recorded model {v!r}; known: {', '.join(sorted(known))}")
-        return v
+        return _known("recorded model", v, data.outcomes().keys())
 
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, v: str) -> str:
-        known = data.profiles()["profiles"]
-        if v not in known:
-            raise ValueError(f"unknown profile {v!r}; known: {', '.join(sorted(known))}")
-        return v
+        return _known("profile", v, data.profiles()["profiles"])
 
     @field_validator("gpu")
     @classmethod
     def _known_gpu(cls, v: str) -> str:
-        if v not in A.GPU_MEMORY_GB:
-            raise ValueError(f"unknown gpu {v!r}; known: {', '.join(A.GPU_MEMORY_GB)}")
-        return v
+        return _known("gpu", v, A.GPU_MEMORY_GB)
+
+
+def _known(what: str, value: str, known: Iterable[str]) -> str:
+    """``value`` if it is among ``known``, else ValueError listing them."""
+    known = list(known)
+    if value not in known:
+        raise ValueError(f"unknown {what} {value!r}; known: {', '.join(sorted(known))}")
+    return value
 
 
 class ServingConfig(BaseModel):
@@ -129,9 +131,9 @@ class ServingConfig(BaseModel):
     policy_checkpoint: str | None = Field(
         None, description="learned-policy checkpoint folder (default: the shipped policy)")
     fallback_policy: str = "infra-heuristic"
-    metrics_period_s: float = Field(0.25, gt=0, le=10)
-    stale_after_s: float = Field(1.0, gt=0)
-    unavailable_after_s: float = Field(10.0, gt=0)
+    metrics_period_s: float = Field(C.METRICS_PERIOD_S, gt=0, le=10)
+    stale_after_s: float = Field(C.STALE_AFTER_S, gt=0)
+    unavailable_after_s: float = Field(C.UNAVAILABLE_AFTER_S, gt=0)
     records_dir: str = "runs/records"
     max_body_bytes: int = Field(65_536, gt=0)
     max_inflight_queries: int = Field(1024, gt=0)
@@ -159,33 +161,101 @@ class PoolConfig(BaseModel):
         return self
 
 
-def resolve_pool_path(pool: str | Path) -> Path:
-    """A path, or the name of a shipped pool (``default`` -> inframind_ray/pools/default.yaml)."""
-    p = Path(pool)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        return p
+def resolve_pool_path(pool: str | Path, base: Path | None = None) -> Path:
+    """A path, or the name of a shipped pool (``default`` -> inframind_ray/pools/default.yaml).
+    A relative path is taken from ``base`` (the folder of the file naming it) when given."""
+    p = Path(pool).expanduser()
+    if p.suffix in (".yaml", ".yml") or p.exists() or "/" in str(pool):
+        return p if base is None or p.is_absolute() else base / p
     return POOLS_DIR / f"{pool}.yaml"
 
 
-def _loc(err: dict) -> str:
-    return ".".join(str(x) for x in err["loc"])
+def read_yaml(path: str | Path, field: str) -> dict:
+    """A YAML file holding a mapping (empty = {}); ConfigError(field, one line) otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(field, f"no such file: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(field, f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(field, f"{path}: expected a mapping at the top level")
+    return raw
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(cls: type[M], raw: dict, prefix: str = "", source: str = "") -> M:
+    """``cls`` validated from ``raw``; ConfigError naming the first bad field (dotted, after
+    ``prefix``), with ``source`` (a file) in the message when given."""
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        field = ".".join(x for x in (prefix, loc) if x) or "config"
+        raise ConfigError(field, f"{msg} (in {source})" if source else msg) from None
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """``over`` laid on ``base``, mappings merged key by key; a mapping whose ``kind`` differs
+    (another engine) replaces the base one."""
+    out = dict(base)
+    for k, v in over.items():
+        b = out.get(k)
+        if isinstance(b, dict) and isinstance(v, dict) and v.get("kind", b.get("kind")) == b.get(
+                "kind"):
+            out[k] = _merge(b, v)
+        else:
+            out[k] = v
+    return out
+
+
+def _extend(raw: dict, path: Path, seen: tuple[Path, ...]) -> dict:
+    """A deployment file that names a pool (``pool: default`` or a path from its folder) is that
+    pool with the file's own keys laid on it; its ``models`` is then a mapping of overrides by
+    model name (Serve-side engine, Ray options, slots)."""
+    ref = raw.pop("pool")
+    if not isinstance(ref, str) or not ref:
+        raise ConfigError("pool.pool", "must name a shipped pool or a pool file")
+    base_path = resolve_pool_path(ref, path.parent)
+    if base_path.resolve() in seen:
+        raise ConfigError("pool.pool", f"{path} extends itself through {ref!r}")
+    base = _read_pool(base_path, (*seen, base_path.resolve()))
+    overrides = raw.pop("models", {}) or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError("pool.models", f"a file extending pool {ref!r} lists model overrides "
+                          "as a mapping by model name")
+    models = base.get("models") or []
+    names = [m.get("name") for m in models if isinstance(m, dict)]
+    unknown = [n for n in overrides if n not in names]
+    if unknown:
+        raise ConfigError(f"pool.models.{unknown[0]}",
+                          f"not a model of pool {ref!r} (models: {', '.join(map(str, names))})")
+    for name, over in overrides.items():
+        if not isinstance(over, dict):
+            raise ConfigError(f"pool.models.{name}", "expected a mapping of overrides")
+    merged = _merge(base, raw)
+    merged["models"] = [_merge(m, overrides.get(m.get("name"), {})) if isinstance(m, dict) else m
+                        for m in models]
+    return merged
+
+
+def _read_pool(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    raw = read_yaml(path, "pool")
+    return _extend(raw, path, seen or (path.resolve(),)) if "pool" in raw else raw
 
 
 def load_pool(pool: str | Path) -> PoolConfig:
-    """Load and validate a pool file; raise ConfigError naming the first bad field."""
+    """Load and validate a pool or deployment file; raise ConfigError naming the first bad
+    field."""
     path = resolve_pool_path(pool)
     if not path.is_file():
         shipped = ", ".join(sorted(p.stem for p in POOLS_DIR.glob("*.yaml")))
         raise ConfigError("pool", f"no pool file {str(pool)!r} (shipped pools: {shipped})")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError("pool", f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError("pool", f"{path}: expected a mapping at the top level")
-    try:
-        return PoolConfig.model_validate(raw)
-    except ValidationError as e:
-        err = e.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"pool.{_loc(err)}" if err["loc"] else "pool", msg) from None
+    return validated(PoolConfig, _read_pool(path), "pool")

@@ -45,10 +45,11 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
+from inframind_ray import assumptions as A
+
 ARGONNE_COMMIT = "4211f5d4e9bc0145ed541b6d372d5d8223b44235"
 SPLITWISE_COMMIT = "8f99e7dc9b407f4ce2488d03dd44c0b8b946dab0"
 
-GIB = 1024**3
 
 # Public model configs (config.json on the Hugging Face Hub). params_b: total parameters in
 # billions; active_params_b: parameters touched per token (differs for MoE); bf16 weights.
@@ -130,8 +131,8 @@ HARDWARE: dict[str, Hardware] = {
     "Nvidia GH200 GPU": Hardware("gh200", "GH200-96GB", 96.0, 989.0, 4.0),
 }
 
-GPU_MEM_UTIL = 0.9  # vLLM default gpu_memory_utilization
-ACT_RESERVE_GIB = 2.0  # per GPU: activations, CUDA graphs, NCCL buffers (rough)
+GPU_MEM_UTIL = A.GPU_MEMORY_UTILIZATION  # vLLM default gpu_memory_utilization
+ACT_RESERVE_GB = A.ACTIVATION_RESERVE_GB_PER_GPU  # per GPU, as the pool builder reserves
 KV_SAFETY = 0.9  # rows needing more than this fraction of the estimated KV pool are excluded
 MIN_POINTS = 8
 W_TTFT = 3.0  # weight of a measured-TTFT equation relative to one e2e row (relative error)
@@ -169,7 +170,7 @@ def kv_bytes_per_token(arch: dict[str, float]) -> float:
 
 def kv_capacity_tokens(arch: dict[str, float], hw: Hardware, n: int) -> float:
     """Rough vLLM KV pool size in tokens: 0.9 of HBM minus bf16 weights minus a reserve."""
-    mem = n * hw.mem_gb * 1e9 * GPU_MEM_UTIL - arch["params_b"] * 2e9 - n * ACT_RESERVE_GIB * GIB
+    mem = n * hw.mem_gb * 1e9 * GPU_MEM_UTIL - arch["params_b"] * 2e9 - n * ACT_RESERVE_GB * 1e9
     return max(mem, 0.0) / kv_bytes_per_token(arch)
 
 
@@ -538,7 +539,7 @@ def main() -> None:
                          for h in HARDWARE.values()},
             "prefill_mfu_from_ttft": {k: sig(v, 4) for k, v in mfu.items()},
             "kv_capacity": (
-                f"{GPU_MEM_UTIL} * HBM - bf16 weights - {ACT_RESERVE_GIB} GiB/GPU; rows with "
+                f"{GPU_MEM_UTIL} * HBM - bf16 weights - {ACT_RESERVE_GB} GB/GPU; rows with "
                 f"b*2L > {KV_SAFETY} * capacity excluded (vLLM preempts / runs in waves)"),
         },
         "skipped_configs_too_few_points": skipped,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from inframind_ray import data
-from inframind_ray.bench.runner import CellSpec, outcome_for, run_cell
+from inframind_ray.bench.runner import CellSpec, run_cell
 from inframind_ray.tasks.workload import WorkloadSpec, sample_items
 
 POLICIES = ("always-strongest", "static-task", "moa", "random", "round-robin", "least-loaded",
@@ -107,16 +107,16 @@ def test_infra_topology_voters_spread_to_free_models(pool):
     """An extra voter goes to the strongest model while it has a free slot, else to the most
     accurate model that has one."""
     from inframind_ray.core.topology import build_graph
-    from inframind_ray.core.types import ModelLoad, QueryInfo, StepContext, SystemState
+    from inframind_ray.core.types import LoadSnapshot, QueryInfo, StepContext, SystemState
     from inframind_ray.policy.baselines import InfraTopology
     from inframind_ray.pools.cards import build_pool_info
 
-    info = build_pool_info(pool, outcome_for(pool, 0))
+    info = build_pool_info(pool)
     pol = InfraTopology(info)
     q = QueryInfo("q", "text", 60.0, 0.0, category="math", item_id=None)
 
     def state(running_70b: int) -> SystemState:
-        return SystemState(0.0, {m: ModelLoad(m, 1, 0, running_70b if m == "llama-3.1-70b"
+        return SystemState(0.0, {m: LoadSnapshot(m, 1, 0, running_70b if m == "llama-3.1-70b"
                                               else 0, 0.1, 0.3, 0.03, 4.0, 0.0)
                                  for m in info.names})
 
@@ -140,14 +140,14 @@ def test_metrics_view_serves_snapshots_of_the_period(pool):
     import asyncio
 
     from inframind_ray.core.request import EngineRequest
-    from inframind_ray.twin.pool import MetricsView, build_engines
+    from inframind_ray.twin.pool import TwinLoadView, build_engines
     from inframind_ray.twin.simloop import run_simulated
 
     m = "llama-3.1-70b"
 
     async def main():
         engines = build_engines(pool)
-        stale, fresh = MetricsView(engines, 1.0), MetricsView(engines)
+        stale, fresh = TwinLoadView(engines, 1.0), TwinLoadView(engines)
         before = stale()
         task = asyncio.ensure_future(engines[m].pick().generate(EngineRequest("r", 100, 500)))
         await asyncio.sleep(0.5)
@@ -169,14 +169,18 @@ def test_pool_history_seeds_every_model_deterministically(pool):
     for the same seed), which its metrics report before any request arrives."""
     from inframind_ray.pools.cards import build_pool_info
     from inframind_ray.twin.pool import build_engines, pool_history
+    from inframind_ray.twin.simloop import run_simulated
 
-    info = build_pool_info(pool, outcome_for(pool, 0))
+    info = build_pool_info(pool)
 
     def loads(seed):
-        engines = build_engines(pool)
-        if seed is not None:
-            pool_history(engines, info, seed)
-        return {m: r.load() for m, r in engines.items()}
+        async def main():
+            engines = build_engines(pool)
+            if seed is not None:
+                pool_history(engines, info, seed)
+            return {m: r.load() for m, r in engines.items()}
+
+        return run_simulated(main())[0]
 
     fresh, a, b, c = loads(None), loads(5), loads(5), loads(6)
     assert all(ld.e2e_s == 0 for ld in fresh.values())
@@ -193,16 +197,16 @@ def test_priced_topology_sheds_the_queries_that_gain_least(pool):
     a weaker model comes close (psychology) to that model."""
     from inframind_ray.core.strategy import Strategy
     from inframind_ray.core.topology import build_graph
-    from inframind_ray.core.types import ModelLoad, QueryInfo, StepContext, SystemState
+    from inframind_ray.core.types import LoadSnapshot, QueryInfo, StepContext, SystemState
     from inframind_ray.policy.baselines import IO_PLAN, PricedTopology
     from inframind_ray.pools.cards import build_pool_info
 
-    info = build_pool_info(pool, outcome_for(pool, 0))
+    info = build_pool_info(pool)
     pol, big = PricedTopology(info), "llama-3.1-70b"
     node = build_graph(IO_PLAN).nodes[0]
 
     def decide(category: str, waiting: int):
-        loads = {m: ModelLoad(m, 1, waiting if m == big else 0, 6 if m == big else 0, 0.3,
+        loads = {m: LoadSnapshot(m, 1, waiting if m == big else 0, 6 if m == big else 0, 0.3,
                               0.5, 0.03, 4.0, 0.0) for m in info.names}
         q = QueryInfo("q", "text", 60.0, 0.0, category=category, prompt_tokens=300,
                       fewshot_tokens=600)
@@ -234,14 +238,14 @@ def test_price_list_wait_forms_and_congestion(pool):
     time, which is its whole end-to-end EWMA (``e2e``) or only its decode time plus a prefill
     (``service``); no wait while a slot is free. ``congestion`` counts requests per slot beyond
     the free slots."""
-    from inframind_ray.core.types import ModelLoad
+    from inframind_ray.core.types import LoadSnapshot
     from inframind_ray.policy.latency import congestion, latency_terms
     from inframind_ray.pools.cards import build_pool_info
 
-    m = build_pool_info(pool, outcome_for(pool, 0))["llama-3.1-70b"]  # 6 slots, 1 replica
+    m = build_pool_info(pool)["llama-3.1-70b"]  # 6 slots, 1 replica
 
-    def load(waiting: int, running: int) -> ModelLoad:
-        return ModelLoad(m.name, 1, waiting, running, 0.0, 8.0, 0.03, 10.0, 0.0)
+    def load(waiting: int, running: int) -> LoadSnapshot:
+        return LoadSnapshot(m.name, 1, waiting, running, 0.0, 8.0, 0.03, 10.0, 0.0)
 
     assert congestion(m, load(0, 5)) == 0.0
     assert latency_terms(m, load(0, 5), 300, 100)[1] == 0.0

@@ -13,6 +13,8 @@ from inframind_ray import data
 from inframind_ray.assumptions import TOKENS_PER_WORD
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import NodeKind
+from inframind_ray.pools.recorded import recorded_model
+from inframind_ray.tasks.mmlu_pro import mmlu_pro
 from inframind_ray.tasks.workload import (
     WorkloadSpec,
     arrival_times,
@@ -148,10 +150,10 @@ def test_workload_never_leaks_and_priors_use_train_only(outcome):
     test_ids = set(split_items("test").tolist())
     spec = WorkloadSpec(100, 500, split="test", seed=3)
     assert set(sample_items(spec).tolist()) <= test_ids
-    qs = make_queries(spec, outcome)
+    qs = make_queries(spec)
     assert all(q.item_id in test_ids for q in qs)
-    train = outcome.splits == "train"
-    acc, _ = outcome.train_accuracy("strong")
+    train = mmlu_pro().splits == "train"
+    acc = recorded_model(POOL["strong"]).accuracy
     assert acc == pytest.approx(data.outcomes()[POOL["strong"]]["correct"][train].mean())
 
 

@@ -11,7 +11,7 @@ import pytest
 from inframind_ray.core.profile import IterationProfile
 from inframind_ray.core.request import EngineRequest, RequestStatus
 from inframind_ray.core.request_queue import EDFQueue, FCFSQueue, create_request_queue
-from inframind_ray.core.types import ModelLoad
+from inframind_ray.core.types import LoadSnapshot
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.simloop import run_simulated
 
@@ -215,7 +215,7 @@ def test_snapshot_lists_the_edf_deadline_mix(policy):
 
     run_simulated(main())
     s = snaps[0]
-    load = ModelLoad.from_replicas("e", [s], s.timestamp)
+    load = LoadSnapshot.aggregate("e", [s], s.timestamp)
     assert s.running == 1 and s.waiting == 3
     if policy == "fcfs":
         assert s.waiting_slack_s == () and load.waiting_ahead(0.0, s.timestamp) == 3

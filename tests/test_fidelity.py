@@ -23,7 +23,10 @@ import pytest
 
 from inframind_ray.core.request import EngineRequest
 from inframind_ray.fidelity import profile as P
+from inframind_ray.fidelity.fit import fit
+from inframind_ray.fidelity.grid import run_grid
 from inframind_ray.fidelity.real import PromptMaker, load_model, open_engine
+from inframind_ray.fidelity.specs import GridSpec
 from inframind_ray.serving.engines.base import GenerateRequest
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.simloop import run_simulated
@@ -77,20 +80,20 @@ def measured(tmp_path_factory) -> dict:
     pool_path = _pool(tmp, VLLM_ENGINE.format(model=model, core=(os.cpu_count() or 1) - 1))
     pool, m = load_model(str(pool_path), "tiny")
     maker = PromptMaker(m)
-    grid = P.GridSpec(batches=(1, 2), prompts=(16, 256), outputs=(8, 64), repeats=2)
+    grid = GridSpec(batches=(1, 2), prompts=(16, 256), outputs=(8, 64), repeats=2)
 
     async def go() -> dict:
-        from inframind_ray.fidelity.cli import calibrate_engine
+        from inframind_ray.fidelity.calibrate import calibrate_engine
 
         async with open_engine(m, pool) as (engine, info):
-            rows = await P.run_grid(engine, maker.make, grid)
+            rows = await run_grid(engine, maker.make, grid)
             fresh = []
             for k in range(5):  # fresh single requests (out of sample), right after the grid
                 r = await engine.generate(GenerateRequest(f"fresh-{k}", maker.make(200), 48,
                                                           time.time() + 600))
                 fresh.append(r)
                 await asyncio.sleep(0.05)
-            small = P.GridSpec(batches=(1, 2, 4), prompts=(16, 128), outputs=(8, 32), repeats=1)
+            small = GridSpec(batches=(1, 2, 4), prompts=(16, 128), outputs=(8, 32), repeats=1)
             await calibrate_engine(engine, info, maker, tmp / "cal.json", "tiny@calibrated",
                                    str(model), small)
         return {"rows": rows, "fresh": fresh, "info": info, "tmp": tmp}
@@ -132,10 +135,10 @@ def test_validate_needs_exactly_one_profile_source(tmp_path: Path) -> None:
 
 def test_profile_to_twin_round_trip(measured: dict, tmp_path: Path) -> None:
     """Fit on the live engine -> profile file -> load; fresh requests within a loose bound."""
-    fp = P.fit(measured["rows"])
+    fp = fit(measured["rows"])
     doc = P.profile_document("tiny@cpu-vllm", fp, model="tiny", hardware=P.hardware_name(),
                              num_gpus=0, engine=measured["info"].as_dict(),
-                             grid=P.GridSpec((1, 2), (16, 256), (8, 64), 2))
+                             grid=GridSpec((1, 2), (16, 256), (8, 64), 2))
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(doc))
     key, entry, loaded = P.load_profile(path)
@@ -155,7 +158,7 @@ def test_profile_to_twin_round_trip(measured: dict, tmp_path: Path) -> None:
     # (docs/fidelity.md), so the twin must land within a factor of two; the 10 % round trip is
     # test_recorded_profile_run_round_trip on recorded measurements.
     fresh = measured["fresh"]
-    assert all(r.status == "ok" for r in fresh)
+    assert all(r.status.api == "ok" for r in fresh)
     recorded = statistics.median(r.latency_s for r in fresh)
     twin, _ = run_simulated(replay(fresh[0].prompt_tokens, 48))
     assert 0.5 <= twin / recorded <= 2.0, (twin, [r.latency_s for r in fresh])
@@ -168,10 +171,10 @@ def test_recorded_profile_run_round_trip(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     rows = pq.read_table(ROOT / "tests" / "data" / "fidelity-profile-tiny.parquet").to_pylist()
-    fp = P.fit(rows)
+    fp = fit(rows)
     doc = P.profile_document("tiny@cpu-vllm", fp, model="tiny", hardware="recorded",
                              num_gpus=0, engine={"max_batched_tokens": 2048},
-                             grid=P.GridSpec((1, 2, 4, 8), (16, 128, 512), (16, 64, 256), 2))
+                             grid=GridSpec((1, 2, 4, 8), (16, 128, 512), (16, 64, 256), 2))
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(doc))
     _, _, loaded = P.load_profile(path)
@@ -273,10 +276,12 @@ def test_speed_anchor_scales_the_twin() -> None:
     """Probes 30 % slower than the profile -> speed 1.3; the anchored profile's lone-request
     latency is 1.3x the fixed one; a case's speed is the geometric mean of its two probes."""
     from inframind_ray.core.profile import IterationProfile
-    from inframind_ray.fidelity import validate as V
+    from inframind_ray.fidelity import anchor as A
+    from inframind_ray.fidelity.cases import make_cases
+    from inframind_ray.fidelity.real_replay import PROBE_SHAPES
 
     fp = P.FittedProfile(IterationProfile(3e-3, 2e-5, 1e-4, 3e-7), 5e-3, {})
-    lone = {s: P.predict_lone(fp, *s)[1] for s in V.PROBE_SHAPES}
+    lone = {s: P.predict_lone(fp, *s)[1] for s in PROBE_SHAPES}
 
     async def simulated(p: int, o: int) -> float:
         eng = TwinEngine("t", fp.profile, max_num_seqs=1, kv_capacity_tokens=100_000)
@@ -286,15 +291,15 @@ def test_speed_anchor_scales_the_twin() -> None:
     for (p, o), t in lone.items():
         assert t == pytest.approx(run_simulated(simulated(p, o))[0], rel=1e-6)
     slow = [dict(prompt_tokens=p, output_tokens=o, e2e_s=1.3 * t) for (p, o), t in lone.items()]
-    assert V.probe_speed(slow, fp) == pytest.approx(1.3)
-    assert V.probe_speed([], fp) is None
-    fast = V.anchored(fp, 1.3)
+    assert A.probe_speed(slow, fp) == pytest.approx(1.3)
+    assert A.probe_speed([], fp) is None
+    fast = A.anchored(fp, 1.3)
     for (p, o), t in lone.items():
         assert P.predict_lone(fast, p, o)[1] == pytest.approx(1.3 * t)
     fastish = [dict(r, e2e_s=r["e2e_s"] / 1.3 * 1.1) for r in slow]
-    case = V.make_cases((60.0,), 4)[0]
+    case = make_cases((60.0,), 4)[0]
     case.probe_before, case.probe_after = slow, fastish
-    V.anchor_case(case, fp)
+    A.anchor_case(case, fp)
     assert case.speed == pytest.approx((1.3 * 1.1) ** 0.5)
     assert (case.speed_before, case.speed_after) == pytest.approx((1.3, 1.1))
 
@@ -305,39 +310,41 @@ def test_entry_delay_fit_recovers_a_known_delay(tmp_path: Path) -> None:
     delay survives the profile file; a busy request gets d - cut, an idle one d + its bin's
     wake."""
     from inframind_ray.core.profile import IterationProfile
-    from inframind_ray.fidelity import validate as V
+    from inframind_ray.fidelity import entry as E
+    from inframind_ray.fidelity.compare import compare
     from inframind_ray.fidelity.real import EngineInfo
+    from inframind_ray.fidelity.twin_replay import replay_twin
 
-    edges = V.ENTRY_IDLE_EDGES_S
+    edges = E.ENTRY_IDLE_EDGES_S
     truth = P.EntryDelay(1.5e-3, edges, (0.4e-3, 0.4e-3, 1.2e-3, 2.0e-3))
     assert truth.delay(4e-3, None) == pytest.approx(2.5e-3)
     assert truth.delay(4e-3, 0.5) == pytest.approx(5.2e-3)
     assert truth.delay(4e-3, float("inf")) == pytest.approx(6.0e-3)
     plain = P.FittedProfile(IterationProfile(1.1e-3, 1.2e-5, 3e-5, 1e-9), 4e-3, {})
     info = EngineInfo("vllm", "tiny", 2, 100_000, 2048, 16, True)
-    case = V.entry_case(80, seed=3)
+    case = E.entry_case(80, seed=3)
     case.real = [dict(i=i, arrival_s=float(t), prompt_tokens=int(p), output_tokens=int(o),
                       status="ok", deadline_s=float(t) + 1e6, preemptions=0)
                  for i, (t, p, o) in enumerate(zip(case.arrivals, case.prompt_tokens,
                                                    case.output_tokens, strict=True))]
-    V.replay_twin(case, P.FittedProfile(plain.profile, 4e-3, {}, truth), info, 100_000)
+    replay_twin(case, P.FittedProfile(plain.profile, 4e-3, {}, truth), info, 100_000)
     assert any(t["idle_for_s"] is None and t["free_slot"] for t in case.twin)
     case.real = [dict(t, status="ok", prompt_tokens=int(case.prompt_tokens[t["i"]]),
                       output_tokens=int(case.output_tokens[t["i"]]), deadline_s=1e6)
                  for t in case.twin]
-    fitted = V.fit_entry(case, plain, info, 100_000)
+    fitted = E.fit_entry(case, plain, info, 100_000)
     # an idle request's TTFT is linear in its delay: each populated bin's wake comes back;
     # a busy one waits for the running step to end, so the cut is known to within a step
     assert fitted.idle_wake_s[2:] == pytest.approx(truth.idle_wake_s[2:], abs=1e-4)
     assert abs(fitted.busy_cut_s - truth.busy_cut_s) < plain.profile.c0
     errs = {}
     for name, e in (("plain", P.EntryDelay()), ("fitted", fitted)):
-        V.replay_twin(case, P.FittedProfile(plain.profile, 4e-3, {}, e), info, 100_000)
-        errs[name] = V.compare(case)["ttft_median_rel_err"]
+        replay_twin(case, P.FittedProfile(plain.profile, 4e-3, {}, e), info, 100_000)
+        errs[name] = compare(case)["ttft_median_rel_err"]
     assert errs["fitted"] < 0.005 < 0.05 < errs["plain"]
     assert P.EntryDelay().trivial and not fitted.trivial
     doc = P.profile_document("t", P.FittedProfile(plain.profile, 4e-3, {}, fitted), model="m",
-                             hardware="cpu", num_gpus=0, engine={}, grid=P.GridSpec())
+                             hardware="cpu", num_gpus=0, engine={}, grid=GridSpec())
     (tmp_path / "p.json").write_text(json.dumps(doc))
     loaded = P.load_profile(tmp_path / "p.json")[2]
     assert loaded.entry.idle_wake_s == pytest.approx(fitted.idle_wake_s, abs=1e-8)
@@ -349,13 +356,13 @@ def test_entry_delay_fit_recovers_a_known_delay(tmp_path: Path) -> None:
         assert inspect.signature(cmd).parameters["entry_requests"].default == 0
     assert "entry_delay" not in P.profile_document(
         "t", plain, model="m", hardware="cpu", num_gpus=0, engine={},
-        grid=P.GridSpec())["profiles"]["t"]  # no entry delay fitted: the file is as before
+        grid=GridSpec())["profiles"]["t"]  # no entry delay fitted: the file is as before
 
 
 def test_grid_cells_run_in_a_seeded_random_order() -> None:
     """The profile grid is every (batch, prompt, output, repeat) once, shuffled with a fixed
     seed, so host drift does not line up with one batch size."""
-    g = P.GridSpec((1, 2, 4), (16, 128), (8, 64), 2)
+    g = GridSpec((1, 2, 4), (16, 128), (8, 64), 2)
     nested = g.cells(None)
     shuffled = g.cells()
     assert sorted(shuffled) == sorted(nested) and len(set(nested)) == 24
@@ -369,11 +376,11 @@ def test_grid_prompt_jitter_draws_new_lengths_within_bounds() -> None:
     (almost) never the same one twice, so each prefill has a new token count as in real traffic;
     jitter 0 gives the exact length."""
     rng = np.random.default_rng(0)
-    g = P.GridSpec((1, 8), (128,), (16,), 1, prompt_jitter=0.25)
+    g = GridSpec((1, 8), (128,), (16,), 1, prompt_jitter=0.25)
     lens = [x for _ in range(20) for x in g.prompt_lengths(128, 8, rng)]
     assert all(96 <= x <= 160 for x in lens)
     assert len(set(lens)) > 40  # 160 draws over 65 values: not a handful of fixed shapes
-    exact = P.GridSpec((1, 8), (128,), (16,), 1, prompt_jitter=0.0)
+    exact = GridSpec((1, 8), (128,), (16,), 1, prompt_jitter=0.0)
     assert exact.prompt_lengths(128, 8, rng) == [128] * 8
 
 

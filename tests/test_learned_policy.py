@@ -12,7 +12,7 @@ import torch
 
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import NodeKind, Plan, Topology, build_graph
-from inframind_ray.core.types import ModelLoad, StepContext, StepDecision, SystemState
+from inframind_ray.core.types import LoadSnapshot, StepContext, StepDecision, SystemState
 from inframind_ray.orchestration.runner import run_query
 from inframind_ray.policy.features import PLAN_ACTIONS, FeatureBuilder
 from inframind_ray.policy.learned import CheckpointError, LearnedPolicy
@@ -28,15 +28,15 @@ from inframind_ray.twin.simloop import run_simulated
 @pytest.fixture(scope="module")
 def setup(pool):
     outcome = OutcomeModel({m.name: m.recorded for m in pool.models})
-    info = build_pool_info(pool, outcome)
-    queries = make_queries(WorkloadSpec(10, 8, seed=2), outcome)
+    info = build_pool_info(pool)
+    queries = make_queries(WorkloadSpec(10, 8, seed=2))
     rng = np.random.default_rng(0)
     queries = [replace(q, embedding=rng.normal(size=384).astype(np.float32)) for q in queries]
     return pool, outcome, info, queries
 
 
 def _state(info, now=0.0, unavailable=()):
-    return SystemState(now, {m: ModelLoad(m, 1, 3, 5, 0.2, 0.5, 0.03, 4.0, now,
+    return SystemState(now, {m: LoadSnapshot(m, 1, 3, 5, 0.2, 0.5, 0.03, 4.0, now,
                                           available=m not in unavailable) for m in info.names})
 
 
@@ -136,8 +136,8 @@ def test_token_budget(setup, tmp_path):
         TooLong(info).decide(ctx)
 
     # an item whose recorded 70B answer is longer than the budget: cut, no answer
-    lengths = outcome._full[m.name]
-    item = next(int(q) for q, n in zip(outcome.qids, lengths, strict=True)
+    lengths = outcome.lengths(m.name)
+    item = next(int(q) for q, n in zip(outcome.task.qids, lengths, strict=True)
                 if n > m.budget_tokens)
     text, tokens = outcome.reply(item, m.name, Strategy.DEEPTHINK, NodeKind.SOLVER, [],
                                  m.budget_tokens)

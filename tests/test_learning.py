@@ -128,10 +128,9 @@ def test_tiny_training_beats_untrained_and_resumes(ray_local, tmp_path):
     assert rows[1]["lambda"] is not None and rows[1]["eval"][0]["model_mix"]
     from inframind_ray.config import load_pool
     from inframind_ray.pools.cards import build_pool_info
-    from inframind_ray.twin.outcome import OutcomeModel
 
     pool = load_pool("default")
-    info = build_pool_info(pool, OutcomeModel({m.name: m.recorded for m in pool.models}))
+    info = build_pool_info(pool)
     assert isinstance(LearnedPolicy.load(tmp_path / "policy", info), LearnedPolicy)
 
     cfg2 = TrainConfig.model_validate({**TINY, "ppo": {**TINY["ppo"], "iterations": 2}})

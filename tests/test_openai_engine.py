@@ -50,15 +50,16 @@ def test_remote_engine_signals_and_errors():
             await asyncio.sleep(0.03)
             assert eng.stats().running == 1
             res = await task
-            assert res.status == "ok" and res.output_tokens == 10 and res.text.startswith("t0")
+            assert res.status.api == "ok" and res.output_tokens == 10 and res.text.startswith("t0")
             assert 0.04 < res.ttft_s < res.latency_s
             s = eng.stats()
             assert s.running == 0 and s.ttft_s > 0 and 0.005 < s.tpot_s < 0.05
             busy = await eng.generate(GenerateRequest("b", "busy", 5, time.time() + 10))
             boom = await eng.generate(GenerateRequest("c", "boom", 5, time.time() + 10))
             late = await eng.generate(GenerateRequest("d", "slow", 100, time.time() + 0.2))
-            assert (busy.status, boom.status, late.status) == ("overloaded", "error", "deadline")
-            assert eng.stats().extra["error_rate"] > 0
+            assert (busy.status.api, boom.status.api, late.status.api) == (
+                "overloaded", "error", "deadline")
+            assert eng.diagnostics()["error_rate"] > 0
         finally:
             await eng.shutdown()
             await runner.cleanup()

@@ -17,7 +17,6 @@ from inframind_ray.errors import ConfigError
 from inframind_ray.policy import predictors as P
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.tasks.workload import WorkloadSpec
-from inframind_ray.twin.outcome import OutcomeModel
 
 
 def _telemetry(pool, split: str, seed: int, path) -> None:
@@ -35,7 +34,7 @@ def setup(pool, tmp_path_factory):
     d = tmp_path_factory.mktemp("telemetry")
     _telemetry(pool, "train", 0, d / "train.parquet")
     _telemetry(pool, "val", 1, d / "val.parquet")
-    info = build_pool_info(pool, OutcomeModel({m.name: m.recorded for m in pool.models}))
+    info = build_pool_info(pool)
     return d, info
 
 

@@ -40,7 +40,7 @@ def session(tmp_path_factory):
     os.environ["INFRAMIND_OTEL"] = "memory"  # the orchestrator keeps its spans in memory
     cfg = load_pool(POOL)
     # a learned-policy checkpoint for this pool's models, served as the default policy
-    info = build_pool_info(cfg, OutcomeModel({m.name: m.recorded for m in cfg.models}))
+    info = build_pool_info(cfg)
     ckpt = LearnedPolicy(info, seed=0, hidden=32).save(tmp_path_factory.mktemp("policy"))
     cfg = cfg.model_copy(update={"serving": cfg.serving.model_copy(
         update={"records_dir": str(tmp_path_factory.mktemp("records")),
@@ -96,7 +96,7 @@ def test_edf_order_inside_a_replica(session):
             req = GenerateRequest(name, "p", tokens, time.time() + deadline_in,
                                   strategy=strategy, prompt_tokens_hint=50)
             res = await h.generate.remote(req)
-            order.append((name, res.status))
+            order.append((name, res.status.api))
 
         await h.generate.remote(GenerateRequest("warm", "p", 1, time.time() + 30))
         blocker = asyncio.create_task(one("blocker", 100, "concise", 40))
@@ -115,14 +115,14 @@ def test_infeasible_deadline_and_queue_full_answers(session):
     h = handle("big")
     t = time.time()
     res = h.generate.remote(GenerateRequest("late", "p", 8, time.time() - 1)).result()
-    assert res.status == "deadline" and time.time() - t < 2.0
+    assert res.status.api == "deadline" and time.time() - t < 2.0
 
     async def main():
         reqs = [GenerateRequest(f"r{i}", "p", 30, time.time() + 60, strategy="concise",
                                 prompt_tokens_hint=50) for i in range(6)]
         return await asyncio.gather(*(h.generate.remote(r) for r in reqs))
 
-    statuses = sorted(r.status for r in asyncio.run(main()))
+    statuses = sorted(r.status.api for r in asyncio.run(main()))
     # 1 slot + 4 queued are served, the rest are told at once that the queue is full
     assert statuses.count("ok") == 5 and statuses.count("overloaded") == 1
 
@@ -170,8 +170,8 @@ def test_same_plan_in_twin_and_serve(session):
     _wait_idle(session)
     cfg = load_pool(POOL)
     outcome = OutcomeModel({m.name: m.recorded for m in cfg.models})
-    info = build_pool_info(cfg, outcome)
-    queries = make_queries(WorkloadSpec(10, 5, seed=4), outcome)
+    info = build_pool_info(cfg)
+    queries = make_queries(WorkloadSpec(10, 5, seed=4))
     for policy in ("random", "always-strongest"):
         pol = make_policy(policy, info, 0)
 

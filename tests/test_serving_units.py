@@ -1,4 +1,4 @@
-"""Serving-plane pieces without Ray: the replica EDF queue and the metrics hub."""
+"""Serving-plane pieces without Ray: the replica admission on the wall clock and the load view."""
 
 from __future__ import annotations
 
@@ -8,9 +8,29 @@ from pathlib import Path
 
 import pytest
 
+from inframind_ray.core.clock import WALL_CLOCK
+from inframind_ray.core.request import RequestStatus
+from inframind_ray.core.types import LoadSnapshot
 from inframind_ray.replica.admission import DeadlineQueue
-from inframind_ray.replica.load_view import MetricsHub, ReplicaSnapshot
+from inframind_ray.replica.load_view import LoadView
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
+from inframind_ray.serving.replica import admit
+
+OK, DEADLINE, OVERLOADED = RequestStatus.FINISHED, RequestStatus.DEADLINE, RequestStatus.OVERLOADED
+
+
+class Clock:
+    """A settable clock."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+
+def _queue(capacity: int, max_queue: int) -> DeadlineQueue:
+    return DeadlineQueue(capacity, max_queue, clock=WALL_CLOCK)
 
 
 def _req(name: str, deadline_in: float) -> GenerateRequest:
@@ -20,7 +40,11 @@ def _req(name: str, deadline_in: float) -> GenerateRequest:
 async def _work(req: GenerateRequest, order: list[str], dt: float = 0.02) -> GenerateResult:
     await asyncio.sleep(dt)
     order.append(req.request_id)
-    return GenerateResult(req.request_id, "ok", "x")
+    return GenerateResult(req.request_id, OK, "x")
+
+
+def _snap(rid: str, waiting: int, t: float, **kw) -> LoadSnapshot:
+    return LoadSnapshot("m", 1, waiting, 2, 0.5, 0.1, 0.02, 1.0, t, replica_id=rid, **kw)
 
 
 def test_edf_admission_order():
@@ -28,13 +52,13 @@ def test_edf_admission_order():
     order: list[str] = []
 
     async def main():
-        q = DeadlineQueue(capacity=1, max_queue=10)
+        q = _queue(1, 10)
         run = lambda r: _work(r, order)  # noqa: E731
-        blocker = asyncio.create_task(q.submit(_req("blocker", 60), run))
+        blocker = asyncio.create_task(admit(q, run, _req("blocker", 60)))
         await asyncio.sleep(0)
-        jobs = [q.submit(_req(f"d{d}", d), run) for d in (50, 10, 40, 20, 30)]
+        jobs = [admit(q, run, _req(f"d{d}", d)) for d in (50, 10, 40, 20, 30)]
         res = await asyncio.gather(blocker, *jobs)
-        assert all(r.status == "ok" for r in res)
+        assert all(r.status is OK for r in res)
         assert q.in_engine == 0 and len(q) == 0
 
     asyncio.run(main())
@@ -45,20 +69,21 @@ def test_infeasible_deadline_and_full_queue_answer_at_once():
     """A past deadline and a full queue are answered immediately, never queued."""
 
     async def main():
-        q = DeadlineQueue(capacity=1, max_queue=1)
+        q = _queue(1, 1)
         order: list[str] = []
         t = time.time()
-        late = await q.submit(_req("late", -1), lambda r: _work(r, order))
-        assert late.status == "deadline" and time.time() - t < 0.05
-        a = asyncio.create_task(q.submit(_req("a", 10), lambda r: _work(r, order, 0.2)))
+        late = await admit(q, lambda r: _work(r, order), _req("late", -1))
+        assert late.status is DEADLINE and time.time() - t < 0.05
+        a = asyncio.create_task(admit(q, lambda r: _work(r, order, 0.2), _req("a", 10)))
         await asyncio.sleep(0)
-        b = asyncio.create_task(q.submit(_req("b", 10), lambda r: _work(r, order)))
+        b = asyncio.create_task(admit(q, lambda r: _work(r, order), _req("b", 10)))
         await asyncio.sleep(0)
-        c = await q.submit(_req("c", 10), lambda r: _work(r, order))
-        assert c.status == "overloaded"
-        assert (await a).status == "ok" and (await b).status == "ok"
+        c = await admit(q, lambda r: _work(r, order), _req("c", 10))
+        assert c.status is OVERLOADED and c.status.api == "overloaded"
+        assert (await a).status is OK and (await b).status is OK
         assert (await b).queue_wait_s > 0.1
         assert order == ["a", "b"]
+        assert q.counts == {DEADLINE: 1, OVERLOADED: 1, OK: 2}
 
     asyncio.run(main())
 
@@ -68,17 +93,17 @@ def test_deadline_passes_while_waiting_and_cancel_frees_slot():
     gives its slot to the next."""
 
     async def main():
-        q = DeadlineQueue(capacity=1, max_queue=5)
+        q = _queue(1, 5)
         order: list[str] = []
-        a = asyncio.create_task(q.submit(_req("a", 10), lambda r: _work(r, order, 0.5)))
+        a = asyncio.create_task(admit(q, lambda r: _work(r, order, 0.5), _req("a", 10)))
         await asyncio.sleep(0)
-        b = await q.submit(_req("b", 0.1), lambda r: _work(r, order))
-        assert b.status == "deadline" and "queue" in b.detail
+        b = await admit(q, lambda r: _work(r, order), _req("b", 0.1))
+        assert b.status is DEADLINE and "queue" in b.detail
         a.cancel()
         with pytest.raises(asyncio.CancelledError):
             await a
-        c = await asyncio.wait_for(q.submit(_req("c", 10), lambda r: _work(r, order)), 1.0)
-        assert c.status == "ok" and q.in_engine == 0
+        c = await asyncio.wait_for(admit(q, lambda r: _work(r, order), _req("c", 10)), 1.0)
+        assert c.status is OK and q.in_engine == 0
 
     asyncio.run(main())
 
@@ -90,42 +115,56 @@ def test_engine_error_is_an_answer():
         raise RuntimeError("engine died")
 
     async def main():
-        q = DeadlineQueue(capacity=1, max_queue=1)
-        r = await q.submit(_req("x", 10), boom)
-        assert r.status == "error" and "engine died" in r.detail and q.in_engine == 0
+        q = _queue(1, 1)
+        r = await admit(q, boom, _req("x", 10))
+        assert r.status is RequestStatus.ERROR and "engine died" in r.detail and q.in_engine == 0
 
     asyncio.run(main())
 
 
+def test_statuses_map_to_their_api_strings_and_back():
+    """One map between terminal statuses and the strings of responses and records."""
+    assert [s.api for s in (OK, DEADLINE, RequestStatus.REJECTED, OVERLOADED,
+                            RequestStatus.ERROR)] == ["ok", "deadline", "rejected", "overloaded",
+                                                      "error"]
+    assert RequestStatus.ABORTED is DEADLINE and all(
+        RequestStatus.from_api(s.api) is s for s in RequestStatus if s.is_finished)
+    with pytest.raises(ValueError, match="unknown status 'timed_out'"):
+        RequestStatus.from_api("timed_out")
+    with pytest.raises(KeyError):
+        RequestStatus.RUNNING.api  # noqa: B018 - not terminal, no API string
+
+
 def test_metrics_staleness():
     """Fresh snapshots aggregate; old ones are visible as old; silent models go unavailable."""
-    now = [1000.0]
-    hub = MetricsHub(["m"], stale_after_s=1.0, unavailable_after_s=5.0, clock=lambda: now[0])
-    assert not hub.load("m").available
+    clock = Clock()
+    view = LoadView(["m"], clock=clock, stale_after_s=1.0, unavailable_after_s=5.0,
+                    evict_after_s=100.0)
+    assert not view.load("m").available
     for rid, w in (("r1", 3), ("r2", 4)):
-        hub.push(ReplicaSnapshot("m", rid, w, 2, 0.5, 0.1, 0.02, 1.0, 0, now[0]))
-    ld = hub.load("m")
-    assert (ld.waiting, ld.running, ld.replicas) == (7, 4, 2) and ld.age(now[0]) == 0
-    now[0] += 2.0
-    hub.push(ReplicaSnapshot("m", "r1", 1, 1, 0.5, 0.1, 0.02, 1.0, 0, now[0]))
-    ld = hub.load("m")
-    assert ld.age(now[0]) == pytest.approx(2.0) and ld.available
-    assert hub.describe()["m"]["stale"]
-    now[0] += 6.0
-    assert not hub.load("m").available
-    state = hub.system_state(loop_now=50.0)
-    assert state.models["m"].age(50.0) == pytest.approx(8.0)  # oldest stale replica
+        view.push(_snap(rid, w, clock.t))
+    ld = view.load("m")
+    assert (ld.waiting, ld.running, ld.replicas) == (7, 4, 2) and ld.age(clock.t) == 0
+    clock.t += 2.0
+    view.push(_snap("r1", 1, clock.t))
+    ld = view.load("m")
+    assert ld.age(clock.t) == pytest.approx(2.0) and ld.available
+    assert view.describe()["m"]["stale"]
+    clock.t += 6.0
+    assert not view.load("m").available
+    state = view.system_state()
+    assert state.now == clock.t and state.models["m"].age(state.now) == pytest.approx(8.0)
 
 
-def test_replica_lists_its_deadline_mix_and_the_hub_merges_it():
+def test_replica_lists_its_deadline_mix_and_the_view_merges_it():
     """The replica queue's snapshot view lists seconds to each waiting deadline, earliest first;
-    the hub merges replicas, so a policy counts the waiting requests due before its own."""
+    the load view merges replicas, so a policy counts the waiting requests due before its own."""
 
     async def main():
-        q = DeadlineQueue(capacity=1, max_queue=10)
+        q = _queue(1, 10)
         order: list[str] = []
         run = lambda r: _work(r, order, 0.05)  # noqa: E731
-        jobs = [asyncio.create_task(q.submit(_req(f"d{d}", d), run)) for d in (60, 30, 5)]
+        jobs = [asyncio.create_task(admit(q, run, _req(f"d{d}", d))) for d in (60, 30, 5)]
         await asyncio.sleep(0.01)
         now = time.time()
         slacks = q.slacks(now)
@@ -134,15 +173,13 @@ def test_replica_lists_its_deadline_mix_and_the_hub_merges_it():
 
     now, slacks = asyncio.run(main())
     assert slacks == pytest.approx([5, 30], abs=0.05)  # d60 arrived first and runs
-    hub = MetricsHub(["m"], clock=lambda: now)
-    hub.push(ReplicaSnapshot("m", "r1", 2, 1, 0.1, 0.1, 0.02, 1.0, 0, now,
-                             waiting_slack_s=tuple(slacks)))
-    hub.push(ReplicaSnapshot("m", "r2", 3, 1, 0.1, 0.1, 0.02, 1.0, 0, now,
-                             waiting_slack_s=(10.0, 40.0)))  # one unlisted: counts as ahead
-    ld = hub.load("m")
+    view = LoadView(["m"], clock=Clock(now))
+    view.push(_snap("r1", 2, now, waiting_slack_s=tuple(slacks)))
+    view.push(_snap("r2", 3, now, waiting_slack_s=(10.0, 40.0)))  # one unlisted: counts as ahead
+    ld = view.load("m")
     assert ld.waiting_slack_s == pytest.approx([5, 10, 30, 40], abs=0.05)
     assert [ld.waiting_ahead(d, now) for d in (1, 20, 35, 100)] == [1, 3, 4, 5]
-    assert "waiting_slack_s" not in hub.describe()["m"]
+    assert "waiting_slack_s" not in view.describe()["m"]
 
 
 @pytest.mark.parametrize("break_it", ["missing", "corrupt", "other-pool"])
@@ -154,12 +191,11 @@ def test_bad_checkpoint_falls_back_to_heuristic_and_says_so(tmp_path, break_it):
     from inframind_ray.policy.learned import LearnedPolicy
     from inframind_ray.pools.cards import build_pool_info
     from inframind_ray.serving.orchestrator import Orchestrator
-    from inframind_ray.twin.outcome import OutcomeModel
 
     cfg = load_pool(Path(__file__).parent / "pools" / "serve_test.yaml")
     ckpt = tmp_path / "ckpt"
     if break_it == "corrupt":
-        info = build_pool_info(cfg, OutcomeModel({m.name: m.recorded for m in cfg.models}))
+        info = build_pool_info(cfg)
         LearnedPolicy(info, hidden=16).save(ckpt)
         (ckpt / "policy.safetensors").write_bytes(b"not a tensor file")
     elif break_it == "other-pool":
@@ -179,15 +215,15 @@ def test_replica_latency_ewmas_count_the_queue_wait():
     queue's wait included (as the twin's engine measures them), not from engine admission."""
 
     async def main():
-        q = DeadlineQueue(capacity=1, max_queue=5)
+        q = _queue(1, 5)
         order: list[str] = []
 
         async def work(req):
             await asyncio.sleep(0.1)
             order.append(req.request_id)
-            return GenerateResult(req.request_id, "ok", "x", ttft_s=0.02)
+            return GenerateResult(req.request_id, OK, "x", ttft_s=0.02)
 
-        await asyncio.gather(*(q.submit(_req(f"r{i}", 10), work) for i in range(3)))
+        await asyncio.gather(*(admit(q, work, _req(f"r{i}", 10)) for i in range(3)))
         return q
 
     q = asyncio.run(main())

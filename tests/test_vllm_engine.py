@@ -107,7 +107,7 @@ def test_from_spec_reads_pool_config() -> None:
 
 def test_generate_ok(h: Harness) -> None:
     res = h.run(h.engine.generate(_req("ok-1", 16, 60)))
-    assert res.status == "ok", res
+    assert res.status.api == "ok", res
     assert res.output_tokens == 16  # ignore_eos: exactly max_tokens
     assert res.prompt_tokens > 0
     assert isinstance(res.text, str) and res.text
@@ -142,13 +142,14 @@ def saturated(h: Harness) -> dict:
         results = await asyncio.gather(a, b, *queued)
         # scheduler stats only arrive with engine steps: give the last one a moment to land
         await asyncio.sleep(0.1)
-        return {"done": done, "results": results, "during": samples, "after": e.stats()}
+        return {"done": done, "results": results, "during": samples, "after": e.stats(),
+                "diag": e.diagnostics()}
 
     return h.run(scenario())
 
 
 def test_edf_among_queued(saturated: dict) -> None:
-    assert all(r.status == "ok" for r in saturated["results"]), saturated["results"]
+    assert all(r.status.api == "ok" for r in saturated["results"]), saturated["results"]
     queued_order = [rid for rid in saturated["done"] if rid.startswith("q-")]
     assert queued_order == ["q-10", "q-20", "q-30", "q-40"], saturated["done"]
     assert saturated["done"][-1] == "blocker-b"
@@ -160,7 +161,7 @@ def test_stats_while_saturated(saturated: dict) -> None:
     assert 0.0 < s.kv_usage <= 1.0, s
     after = saturated["after"]
     assert after.running == 0 and after.waiting == 0, after
-    assert after.extra["unfinished"] == 0
+    assert saturated["diag"]["unfinished"] == 0
     assert after.ttft_s > 0 and after.tpot_s > 0 and after.e2e_s > 0, after
 
 
@@ -174,14 +175,14 @@ def test_cancel_aborts_in_engine(h: Harness) -> None:
             await task
         assert await _wait_for(lambda: e.stats().running == 0, timeout=2.0)
         # vLLM's own scheduler reports the slot free (not just our front-end count)
-        assert await _wait_for(lambda: e.stats().extra["sched_running"] == 0, timeout=2.0)
+        assert await _wait_for(lambda: e.diagnostics()["sched_running"] == 0, timeout=2.0)
         # the engine slot is free again: a new request runs at once and alone
         res = await e.generate(_req("after-cancel", 4, 60))
-        return res, e.stats()
+        return res, e.stats(), e.diagnostics()
 
-    res, st = h.run(scenario())
-    assert res.status == "ok" and res.output_tokens == 4
-    assert st.running == 0 and st.extra["unfinished"] == 0
+    res, st, diag = h.run(scenario())
+    assert res.status.api == "ok" and res.output_tokens == 4
+    assert st.running == 0 and diag["unfinished"] == 0
 
 
 def test_deadline_aborts(h: Harness) -> None:
@@ -189,12 +190,12 @@ def test_deadline_aborts(h: Harness) -> None:
         e = h.engine
         res = await e.generate(_req("too-late", 900, 0.5))
         await asyncio.sleep(0.05)
-        return res, e.stats()
+        return res, e.stats(), e.diagnostics()
 
-    res, st = h.run(scenario())
-    assert res.status == "deadline", res
+    res, st, diag = h.run(scenario())
+    assert res.status.api == "deadline", res
     assert 0 < res.output_tokens < 900
     assert 0.4 < res.latency_s < 2.0
-    assert st.running == 0 and st.extra["unfinished"] == 0
+    assert st.running == 0 and diag["unfinished"] == 0
     expired = h.run(h.engine.generate(_req("expired", 4, -1.0)))
-    assert expired.status == "deadline" and expired.output_tokens == 0
+    assert expired.status.api == "deadline" and expired.output_tokens == 0

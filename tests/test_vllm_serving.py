@@ -66,7 +66,7 @@ def test_lower_deadline_finishes_first_when_saturated(session):
         async def one(name, tokens, deadline_in):
             res = await h.generate.remote(GenerateRequest(name, "count with me", tokens,
                                                           time.time() + deadline_in))
-            done.append((name, res.status))
+            done.append((name, res.status.api))
 
         await h.generate.remote(GenerateRequest("warm", "hi", 2, time.time() + 60))
         # long enough that both still run when the others queue, on a fast host too

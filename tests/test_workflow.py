@@ -7,11 +7,12 @@ import asyncio
 import pytest
 
 from inframind_ray.core.profile import IterationProfile
+from inframind_ray.core.request import RequestStatus
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import NodeKind, Plan, Topology, build_graph
 from inframind_ray.core.types import (
+    LoadSnapshot,
     ModelInfo,
-    ModelLoad,
     PoolInfo,
     QueryInfo,
     StepDecision,
@@ -76,12 +77,13 @@ class SleepBackend:
         finally:
             self.active -= 1
         return AgentResult(call.node.id, call.node.role, call.node.kind.value, call.model,
-                           call.strategy, "ok", format_answer("B"), start, loop.time())
+                           call.strategy, RequestStatus.FINISHED, format_answer("B"), start,
+                           loop.time())
 
 
 def _state():
     loop = asyncio.get_running_loop()
-    loads = {m: ModelLoad(m, 1, 0, 0, 0.0, 0, 0, 0, loop.time()) for m in POOL.names}
+    loads = {m: LoadSnapshot(m, 1, 0, 0, 0.0, 0, 0, 0, loop.time()) for m in POOL.names}
     return SystemState(loop.time(), loads)
 
 
@@ -109,7 +111,7 @@ def test_deadline_aborts_the_rest():
     plan = Plan.make(Topology.CHAIN, k=4)
     q = QueryInfo("q", "question", budget_s=2.5, arrival_s=0.0)
     res, _ = run_simulated(run_query(q, FixedPolicy(plan), SleepBackend(), _state))
-    assert res.status == "deadline" and res.answer is None and not res.within_budget
+    assert res.status is RequestStatus.DEADLINE and res.answer is None and not res.within_budget
     assert res.latency == pytest.approx(2.5)
 
 

@@ -19,7 +19,7 @@ from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.tasks.workload import WorkloadSpec, make_queries
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import MetricsView, build_engines, pool_history
+from inframind_ray.twin.pool import TwinLoadView, build_engines, pool_history
 from inframind_ray.twin.simloop import run_simulated
 
 QUEUE_SAMPLE_S = 1.0
@@ -67,8 +67,8 @@ def run_cell(spec: CellSpec) -> CellResult:
     """Simulate one (policy, rate) cell on the virtual clock."""
     wall0 = time.perf_counter()
     outcome = outcome_for(spec.pool, spec.workload.seed)
-    queries = make_queries(spec.workload, outcome)
-    info = build_pool_info(spec.pool, outcome)
+    queries = make_queries(spec.workload)
+    info = build_pool_info(spec.pool)
     policy = make_policy(
         spec.policy, info, spec.workload.seed,
         is_correct=lambda q, m, s: outcome.would_be_correct(q.item_id, m, s),
@@ -85,7 +85,7 @@ def run_cell(spec: CellSpec) -> CellResult:
             pool_history(engines, info, spec.workload.seed)
         backend = TwinBackend(engines, outcome)
 
-        state = MetricsView(engines, spec.metrics_period_s)
+        state = TwinLoadView(engines, spec.metrics_period_s)
         done = asyncio.Event()
 
         async def sample_queues() -> None:
@@ -148,14 +148,14 @@ def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeMode
     result.queries.append({
         **base, "query_id": q.query_id, "item_id": q.item_id, "category": q.category,
         "arrival_s": q.arrival_s, "budget_s": q.budget_s, "latency_s": o.latency,
-        "status": o.status, "answer": o.answer, "correct": correct,
+        "status": o.status.api, "answer": o.answer, "correct": correct,
         "within_budget": o.within_budget, "topology": o.plan.topology.value, "k": o.plan.k,
         "n_calls": len(o.steps), "critical_path": graph.critical_path_len,
     })
     for s in o.steps:
         result.calls.append({
             **base, "query_id": q.query_id, "node_id": s.node_id, "role": s.role,
-            "kind": s.kind, "model": s.model, "strategy": s.strategy.value, "status": s.status,
+            "kind": s.kind, "model": s.model, "strategy": s.strategy.value, "status": s.status.api,
             "start_s": s.start, "end_s": s.end,
             "ttft_s": None if s.first_token is None else s.first_token - s.start,
             "latency_s": s.end - s.start, "prompt_tokens": s.prompt_tokens,

@@ -8,12 +8,24 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from inframind_ray.bench.runner import CellResult, CellSpec, run_cell
+from inframind_ray import assumptions as A
 from inframind_ray.config import PoolConfig
 from inframind_ray.tasks.workload import WorkloadSpec, sample_items
+
+if TYPE_CHECKING:  # the runner (policies, torch) loads only when a sweep runs
+    from inframind_ray.bench.runner import CellResult, CellSpec
+
+DEFAULT_RATES = (10.0, 30.0, 50.0, 100.0, 150.0, 200.0, 300.0)
+"""Arrival rates (req/min) of the default sweep: near idle to far past saturation."""
+DEFAULT_POLICIES = ("inframind", "always-strongest", "static-task", "moa", "random",
+                    "round-robin", "least-loaded", "infra-heuristic", "oracle")
+"""Policies of the default sweep (the topology heuristics are opt-in)."""
+DEFAULT_QUERIES = 500
+"""Queries per (policy, rate) cell of ``inframind bench`` (``make bench`` runs 1000)."""
 
 
 @dataclass(frozen=True)
@@ -27,7 +39,7 @@ class SweepSpec:
     n_queries: int
     arrivals: str = "poisson"
     split: str = "test"
-    budget_range_s: tuple[float, float] = (20.0, 90.0)
+    budget_range_s: tuple[float, float] = A.BUDGET_RANGE_S
     seed: int = 0
     scheduling: str | None = None
     checkpoint: str | None = None
@@ -36,6 +48,8 @@ class SweepSpec:
 
     def cells(self) -> list[CellSpec]:
         """One cell per (policy, rate), rates outermost so slow cells start early."""
+        from inframind_ray.bench.runner import CellSpec
+
         return [
             CellSpec(
                 self.pool,
@@ -55,6 +69,8 @@ class SweepSpec:
 def run_sweep(spec: SweepSpec, jobs: int | None = None, progress: bool = True
               ) -> tuple[list[CellResult], float]:
     """Run every cell; return results in (policy, rate) order and the wall time."""
+    from inframind_ray.bench.runner import run_cell
+
     cells = spec.cells()
     cells[0].workload.validate()
     sample_items(cells[0].workload)  # fail here, in one line, not inside a worker

@@ -14,19 +14,62 @@ def ewma(old: float, new: float, alpha: float = EWMA_ALPHA) -> float:
 
 
 class RequestStatus(enum.IntEnum):
-    """Lifecycle of a request; every status >= FINISHED is terminal."""
+    """Lifecycle of a request, end to end (engine, replica, agent call, query); every status >=
+    FINISHED is terminal. The terminal ones are the outcomes every plane reports:
+
+    - FINISHED: answered (``"ok"``);
+    - DEADLINE: the deadline passed or cannot be met, whoever gave up (engine abort, replica
+      queue, workflow runner); ``ABORTED`` is the engine's name for it;
+    - REJECTED: the request does not fit the engine (KV cache);
+    - OVERLOADED: the replica's queue is full;
+    - ERROR: the engine or the endpoint failed.
+    """
 
     WAITING = 0
     RUNNING = 1
     PREEMPTED = 2
     FINISHED = 3
-    ABORTED = 4
+    DEADLINE = 4
+    ABORTED = 4  # alias of DEADLINE: the caller aborted the request at its deadline
     REJECTED = 5
+    OVERLOADED = 6
+    ERROR = 7
 
     @property
     def is_finished(self) -> bool:
         """True for terminal states."""
         return self >= RequestStatus.FINISHED
+
+    @property
+    def ok(self) -> bool:
+        """Answered."""
+        return self is RequestStatus.FINISHED
+
+    @property
+    def api(self) -> str:
+        """The string of a terminal status in API responses, records and bench rows."""
+        return API_STATUS[self]
+
+    @classmethod
+    def from_api(cls, name: str) -> RequestStatus:
+        """Inverse of ``api`` (one-line ``ValueError`` for an unknown string)."""
+        try:
+            return _FROM_API[name]
+        except KeyError:
+            raise ValueError(f"unknown status {name!r}; expected one of "
+                             f"{', '.join(_FROM_API)}") from None
+
+
+API_STATUS: dict[RequestStatus, str] = {
+    RequestStatus.FINISHED: "ok",
+    RequestStatus.DEADLINE: "deadline",
+    RequestStatus.REJECTED: "rejected",
+    RequestStatus.OVERLOADED: "overloaded",
+    RequestStatus.ERROR: "error",
+}
+"""The one map from terminal statuses to their API / record strings (used only at the edges)."""
+
+_FROM_API = {v: k for k, v in API_STATUS.items()}
 
 
 @dataclass(eq=False)
@@ -63,7 +106,7 @@ class EngineRequest:
         return self.output_tokens - self.num_generated
 
     def record(self, event: str, t: float) -> None:
-        """Append a lifecycle event (the only place request timing is written)."""
+        """Append a lifecycle event to ``events`` (the engine also sets the timing fields)."""
         self.events.append((event, t))
 
 
@@ -81,7 +124,7 @@ class EngineResult:
 
     @property
     def queue_wait(self) -> float | None:
-        """Arrival to first token minus nothing: time before the first token, if any."""
+        """Arrival to first token (time to first token), if any token came."""
         return None if self.first_token is None else self.first_token - self.arrival
 
     @property

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,23 +38,29 @@ class QueryInfo:
 
 
 @dataclass(frozen=True)
-class ModelLoad:
-    """Aggregated live metrics of one pool model (over its replicas)."""
+class LoadSnapshot:
+    """Live load of one replica, or of one model aggregated over its replicas (``aggregate``):
+    the one snapshot type from the engine (``stats()`` / ``snapshot()``) through the replica
+    (which adds its queue and identity) and the load view to the policies. ``timestamp`` is on
+    the driving clock (simulated or epoch seconds)."""
 
     model: str
-    replicas: int
-    waiting: int
-    running: int
-    kv_usage: float
-    ttft_s: float
-    tpot_s: float
-    e2e_s: float
-    timestamp: float
+    replicas: int = 1  # 1 for a replica; the live replicas of an aggregate
+    waiting: int = 0  # replica queue + engine waiting queue
+    running: int = 0
+    kv_usage: float = 0.0
+    ttft_s: float = 0.0
+    tpot_s: float = 0.0
+    e2e_s: float = 0.0
+    timestamp: float = 0.0
     available: bool = True
     # Seconds from the snapshot to the deadline of each request in the replicas' EDF queues,
-    # ascending, the SLACK_CAP earliest. Waiting requests not listed (an engine's own FCFS queue,
+    # ascending, the SLACK_CAP earliest. Waiting requests not listed (an engine's own queue,
     # beyond the cap) are served before any new request.
     waiting_slack_s: tuple[float, ...] = ()
+    replica_id: str = ""  # "" for an aggregate
+    node_id: str = ""
+    num_preemptions: int = 0
 
     def age(self, now: float) -> float:
         """Seconds since the snapshot was taken."""
@@ -69,15 +75,18 @@ class ModelLoad:
         return max(0, self.waiting - listed) + due
 
     @classmethod
-    def from_replicas(cls, model: str, snaps: list, timestamp: float,
-                      available: bool = True) -> ModelLoad:
-        """Sum queue counts and average KV usage and latency EWMAs over replica snapshots (any
-        objects with waiting, running, kv_usage, ttft_s, tpot_s, e2e_s)."""
+    def aggregate(cls, model: str, snaps: Sequence[LoadSnapshot], timestamp: float,
+                  available: bool = True) -> LoadSnapshot:
+        """One model over its replicas' snapshots: queue counts, preemptions and replicas
+        summed, KV usage and latency EWMAs averaged, EDF slacks merged. No snapshot: an
+        unavailable model with zero replicas."""
         n = len(snaps)
-        slack = tuple(heapq.merge(*(getattr(s, "waiting_slack_s", ()) for s in snaps)))
+        if not n:
+            return cls(model, 0, timestamp=timestamp, available=False)
+        slack = tuple(heapq.merge(*(s.waiting_slack_s for s in snaps)))
         return cls(
             model=model,
-            replicas=n,
+            replicas=sum(s.replicas for s in snaps),
             waiting=sum(s.waiting for s in snaps),
             running=sum(s.running for s in snaps),
             kv_usage=sum(s.kv_usage for s in snaps) / n,
@@ -87,6 +96,7 @@ class ModelLoad:
             timestamp=timestamp,
             available=available,
             waiting_slack_s=slack[:SLACK_CAP * n],
+            num_preemptions=sum(s.num_preemptions for s in snaps),
         )
 
 
@@ -95,7 +105,7 @@ class SystemState:
     """What the orchestrator knows of the pool at one instant."""
 
     now: float
-    models: Mapping[str, ModelLoad]
+    models: Mapping[str, LoadSnapshot]
 
 
 @dataclass(frozen=True)

@@ -128,8 +128,8 @@ async def open_engine(model: ModelConfig, pool: PoolConfig,
             raise EngineUnreachable(f"engine {describe(model)} failed to start: {msg}") from None
         res = await engine.generate(GenerateRequest("probe", "hello", 2,
                                                     deadline=time.time() + probe_timeout_s))
-        if res.status != "ok":
-            detail = (res.detail or res.status).strip().splitlines()[0]
+        if not res.status.ok:
+            detail = (res.detail or res.status.api).strip().splitlines()[0]
             raise EngineUnreachable(f"engine {describe(model)} unreachable: {detail}")
         yield engine, engine_info(engine, model)
     finally:

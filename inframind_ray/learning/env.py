@@ -29,6 +29,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
+from inframind_ray import assumptions as A
 from inframind_ray.config import PoolConfig, load_pool
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import Plan, build_graph
@@ -41,7 +42,7 @@ from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.tasks.workload import WorkloadSpec, make_queries
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import MetricsView, ModelReplicas, build_engines, pool_history
+from inframind_ray.twin.pool import ModelReplicas, TwinLoadView, build_engines, pool_history
 from inframind_ray.twin.simloop import run_simulated
 
 MAX_NODES = 9  # Debate(K=4, 2 rounds) + aggregator
@@ -56,7 +57,7 @@ class EnvConfig(BaseModel):
     queries_per_episode: int = Field(40, ge=1, le=2000)
     rate_range: tuple[float, float] = (10.0, 300.0)
     trace_fraction: float = Field(0.2, ge=0, le=1)
-    budget_ranges: list[tuple[float, float]] = [(20.0, 90.0), (15.0, 45.0), (30.0, 120.0)]
+    budget_ranges: list[tuple[float, float]] = [A.BUDGET_RANGE_S, (15.0, 45.0), (30.0, 120.0)]
     split: str = "train"
     lam: float = Field(1.0, ge=0)
     metrics_periods: list[float] = Field([0.0], min_length=1)
@@ -90,7 +91,7 @@ def query_terms(res: QueryResult, outcome: OutcomeModel) -> tuple[float, float, 
     q = res.query
     quality = float(outcome.is_correct(q.item_id, res.answer) and res.within_budget)
     late = min(1.0, max(0.0, res.latency / q.budget_s - 1.0))
-    cost = late if res.status == "ok" else 1.0  # aborted at the deadline: full cost
+    cost = late if res.status.ok else 1.0  # not answered (deadline, shed, overloaded): full cost
     graph = build_graph(res.plan)
     return quality, cost, {s.node_id: graph.path_through(s.node_id) / graph.critical_path_len
                            for s in res.steps}
@@ -136,12 +137,12 @@ class Episode:
 
 
 def start_pool(pool: PoolConfig, info: PoolInfo, ep: Episode
-               ) -> tuple[dict[str, ModelReplicas], MetricsView]:
+               ) -> tuple[dict[str, ModelReplicas], TwinLoadView]:
     """The engines of one episode and the load view its policy reads (inside a running loop)."""
     engines = build_engines(pool)
     if ep.history_seed is not None:
         pool_history(engines, info, ep.history_seed, share=0.75)
-    return engines, MetricsView(engines, ep.metrics_period_s)
+    return engines, TwinLoadView(engines, ep.metrics_period_s)
 
 
 def _first_valid(mask: np.ndarray) -> int:
@@ -187,7 +188,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         self.cfg = EnvConfig.model_validate(config or {})
         self.pool = load_pool(self.cfg.pool)
         self.outcome = OutcomeModel({m.name: m.recorded for m in self.pool.models})
-        self.info = build_pool_info(self.pool, self.outcome)
+        self.info = build_pool_info(self.pool)
         self.features = f = FeatureBuilder(self.info, self.cfg.token_budget)
         n = self.cfg.queries_per_episode
         box = lambda d: gym.spaces.Box(-np.inf, np.inf, (d,), np.float32)  # noqa: E731
@@ -229,7 +230,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         return Episode(spec, period, history)
 
     def _simulate(self, ep: Episode) -> None:
-        queries = make_queries(ep.workload, self.outcome)
+        queries = make_queries(ep.workload)
         bridge = _Bridge(self)
 
         async def main() -> None:

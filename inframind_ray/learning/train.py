@@ -22,7 +22,8 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from inframind_ray.errors import ConfigError
+from inframind_ray import assumptions as A
+from inframind_ray.config import read_yaml, validated
 from inframind_ray.learning.env import EnvConfig
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class EvalSettings(BaseModel):
     every: int = Field(5, ge=1)
     rates: list[float] = [10.0, 150.0, 300.0]
     queries: int = Field(200, ge=10)
-    budget: tuple[float, float] = (20.0, 90.0)
+    budget: tuple[float, float] = A.BUDGET_RANGE_S
     seed: int = 1
 
 
@@ -90,19 +91,7 @@ class TrainConfig(BaseModel):
 
 def load_train_config(path: str | Path) -> TrainConfig:
     """Read and validate a training config; ConfigError with one line otherwise."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError("config", f"no such file: {path}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError("config", f"{path} is not YAML ({str(e).splitlines()[0]})") from None
-    try:
-        return TrainConfig.model_validate(raw)
-    except Exception as e:  # pydantic ValidationError
-        err = e.errors()[0] if hasattr(e, "errors") else {"loc": (), "msg": str(e)}
-        where = ".".join(str(x) for x in err["loc"]) or "config"
-        raise ConfigError(where, f"{err['msg']} (in {path})") from None
+    return validated(TrainConfig, read_yaml(path, "config"), source=str(path))
 
 
 def build_algo(cfg: TrainConfig, env=None):

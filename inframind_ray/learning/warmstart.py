@@ -83,7 +83,7 @@ def collect(env, teacher_name: str, episodes: int, seed: int, lam: float,
 
 
 def _simulate(env, ep: Episode, policy: Policy) -> list:
-    queries = make_queries(ep.workload, env.outcome)
+    queries = make_queries(ep.workload)
     abort = env.pool.engine.on_deadline == "abort"
 
     async def main() -> list:

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from inframind_ray.core.clock import LOOP_CLOCK, Clock
+from inframind_ray.core.request import RequestStatus
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import AgentNode, Plan, build_graph
-from inframind_ray.core.types import ModelLoad, QueryInfo, StepContext, SystemState
+from inframind_ray.core.types import LoadSnapshot, QueryInfo, StepContext, SystemState
 from inframind_ray.policy.base import Policy
 from inframind_ray.tasks.prompts import build_prompt, extract_answer
 
@@ -44,7 +46,7 @@ class AgentResult:
     kind: str
     model: str
     strategy: Strategy
-    status: str  # ok | deadline | rejected | error
+    status: RequestStatus  # terminal: FINISHED (ok), DEADLINE, REJECTED, OVERLOADED, ERROR
     text: str | None
     start: float
     end: float
@@ -52,12 +54,12 @@ class AgentResult:
     prompt_tokens: int = 0
     output_tokens: int = 0
     num_preemptions: int = 0
-    load: ModelLoad | None = None  # the chosen model's live metrics when the executor decided
+    load: LoadSnapshot | None = None  # the chosen model's live metrics when the executor decided
 
     @property
     def answer(self) -> str | None:
         """The extracted option letter."""
-        return extract_answer(self.text) if self.status == "ok" else None
+        return extract_answer(self.text) if self.status.ok else None
 
 
 class AgentBackend(Protocol):
@@ -77,7 +79,7 @@ class QueryResult:
     steps: list[AgentResult] = field(default_factory=list)
     answer: str | None = None
     end: float = 0.0
-    status: str = "ok"  # ok | deadline | timed_out | error
+    status: RequestStatus = RequestStatus.FINISHED  # the final agent call's
 
     @property
     def latency(self) -> float:
@@ -87,7 +89,7 @@ class QueryResult:
     @property
     def within_budget(self) -> bool:
         """The final response was delivered by the deadline (SLO met, right or wrong)."""
-        return self.status == "ok" and self.end <= self.query.deadline + 1e-9
+        return self.status.ok and self.end <= self.query.deadline + 1e-9
 
 
 async def run_query(
@@ -97,8 +99,12 @@ async def run_query(
     state_fn: Callable[[], SystemState],
     *,
     abort_on_deadline: bool = True,
+    clock: Clock = LOOP_CLOCK,
 ) -> QueryResult:
-    """Plan, run the DAG with parallel independent nodes, return the final answer and the trace."""
+    """Plan, run the DAG with parallel independent nodes, return the final answer and the trace.
+
+    Times (the query's arrival and deadline, the state's, the results') are on ``clock``: the
+    loop's (simulated seconds in the twin) or the wall clock (epoch seconds when served)."""
     loop = asyncio.get_running_loop()
     plan = policy.plan(query, state_fn())
     graph = build_graph(plan)
@@ -108,7 +114,7 @@ async def run_query(
 
     async def run_node(node: AgentNode) -> AgentResult:
         ups = tuple([await tasks[d] for d in node.deps])
-        now = loop.time()
+        now = clock.now()
         ctx = StepContext(
             query=query,
             plan=plan,
@@ -117,7 +123,7 @@ async def run_query(
             now=now,
             state=state_fn(),
             upstream_models=tuple(u.model for u in ups),
-            upstream_tokens=sum(u.output_tokens for u in ups if u.status == "ok"),
+            upstream_tokens=sum(u.output_tokens for u in ups if u.status.ok),
             earlier_models=tuple(chosen),
         )
         d = policy.decide(ctx)
@@ -125,7 +131,7 @@ async def run_query(
         slots = slots_of.setdefault(d.model, [])
         if node.slot not in slots:
             slots.append(node.slot)
-        texts = [u.text for u in ups if u.status == "ok" and u.text]
+        texts = [u.text for u in ups if u.status.ok and u.text]
         call = AgentCall(
             query=query,
             node=node,
@@ -139,13 +145,14 @@ async def run_query(
         )
         remaining = query.deadline - now
         if abort_on_deadline and remaining <= 0:
-            res = _failed(node, d.model, d.strategy, "deadline", now, now)
+            res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now, now)
         else:
             try:
                 res = await (asyncio.wait_for(backend.call(call), remaining)
                              if abort_on_deadline else backend.call(call))
             except TimeoutError:
-                res = _failed(node, d.model, d.strategy, "deadline", now, loop.time())
+                res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now,
+                              clock.now())
         return replace(res, load=ctx.state.models.get(d.model))
 
     for node in graph.nodes:  # topological order: deps already have tasks
@@ -158,12 +165,12 @@ async def run_query(
         raise
     final = steps[-1]
     result = QueryResult(query, plan, steps, final.answer, max(s.end for s in steps))
-    if final.status != "ok":
+    if not final.status.ok:
         result.status = final.status
     return result
 
 
-def _failed(node: AgentNode, model: str, strategy: Strategy, status: str, start: float,
+def _failed(node: AgentNode, model: str, strategy: Strategy, status: RequestStatus, start: float,
             end: float) -> AgentResult:
     return AgentResult(node.id, node.role, node.kind.value, model, strategy, status, None, start,
                        end)

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import replace
 from typing import ClassVar
 
+from inframind_ray import assumptions as A
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import Plan
 from inframind_ray.core.types import (
@@ -23,13 +24,8 @@ from inframind_ray.core.types import (
     SystemState,
 )
 
-TOKEN_BUDGET_QUANTILE = 0.98
-"""A policy with ``token_budget`` caps each DeepThink call at this quantile of the model's
-recorded answer lengths (train split), not at the serving cap (assumptions.MAX_TOKENS_QUANTILE).
-The longest answers are mostly wrong: the 70B's longest 2 % (over 525 tokens) are right 12.6 %
-of the time against 62.5 % overall; 16 % of its output tokens lie beyond that length, and
-0.4 % of its correct answers. Chosen on the validation split among 0.95 / 0.97 / 0.98 / 0.99
-(scripts/token_budget_check.py, docs/learning.md)."""
+# the DeepThink token-budget quantile of model cards (its reason is in assumptions.py)
+TOKEN_BUDGET_QUANTILE = A.TOKEN_BUDGET_QUANTILE
 
 
 class Policy(ABC):

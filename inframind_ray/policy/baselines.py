@@ -16,8 +16,8 @@ import numpy as np
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import NodeKind, Plan, Topology
 from inframind_ray.core.types import (
+    LoadSnapshot,
     ModelInfo,
-    ModelLoad,
     PoolInfo,
     QueryInfo,
     StepContext,
@@ -159,14 +159,15 @@ class InfraHeuristic(Policy):
         """The models this policy may choose from."""
         return candidates(self.pool, ctx)
 
-    def _toll(self, m: ModelInfo, load: ModelLoad, service_s: float) -> float:
+    def _toll(self, m: ModelInfo, load: LoadSnapshot, service_s: float) -> float:
         """Expected-accuracy points a call of ``service_s`` slot-seconds costs the queue it
         joins (none here: each call is judged for its own query only)."""
         return 0.0
 
-    def _accuracy(self, m: ModelInfo, ctx: StepContext) -> float:
+    def expected_accuracy(self, m: ModelInfo, ctx: StepContext) -> float:
         """Expected accuracy of a step-by-step answer of ``m`` to this query: its train-split
-        accuracy on the query's category."""
+        accuracy on the query's category. The one hook of the heuristics' accuracy (a variant
+        overrides it: experiments/item_router_check.py)."""
         return m.accuracy_by_category.get(ctx.query.category, m.accuracy)
 
     def _decide(self, ctx: StepContext) -> StepDecision:
@@ -174,7 +175,7 @@ class InfraHeuristic(Policy):
         best, best_key, fastest, fastest_t = None, None, None, float("inf")
         for m in self._models(ctx):
             load = ctx.state.models[m.name]
-            acc = self._accuracy(m, ctx)
+            acc = self.expected_accuracy(m, ctx)
             for s in ctx.allowed:
                 service, wait = latency_terms(m, load, ctx.prompt_tokens(s),
                                               self.call_tokens(m, s), self.OCCUPANCY)
@@ -214,7 +215,7 @@ class InfraTopology(InfraHeuristic):
         best, best_acc = None, -1.0
         for m in self._models(ctx):
             load = ctx.state.models[m.name]
-            acc = self._accuracy(m, ctx)
+            acc = self.expected_accuracy(m, ctx)
             if (free_slots(m, load) >= 1 and acc > best_acc and s in ctx.allowed
                     and predict_latency(m, load, ctx.prompt_tokens(s), self.call_tokens(m, s),
                                         self.OCCUPANCY) <= per_step):
@@ -253,7 +254,7 @@ class PricedTopology(InfraTopology):
     token_budget = True
     CONGESTION_PRICE = 0.0075  # accuracy points per slot-second per queued request per slot
 
-    def _toll(self, m: ModelInfo, load: ModelLoad, service_s: float) -> float:
+    def _toll(self, m: ModelInfo, load: LoadSnapshot, service_s: float) -> float:
         return self.CONGESTION_PRICE * congestion(m, load) * service_s
 
 
@@ -305,3 +306,12 @@ def make_policy(name: str, pool: PoolInfo, seed: int = 0, **extra) -> Policy:
     if cls is LearnedPolicy:
         return LearnedPolicy.load(extra.get("checkpoint") or DEFAULT_CHECKPOINT, pool)
     return cls(pool, seed)
+
+
+def register_policy(cls: type[Policy]) -> type[Policy]:
+    """Make ``cls`` buildable by ``make_policy(cls.name, ...)`` (a lab check's variant of a
+    policy, docs/learning.md); ValueError if the name is taken."""
+    if cls.name in POLICIES:
+        raise ValueError(f"policy name {cls.name!r} is taken")
+    POLICIES[cls.name] = cls
+    return cls

@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import math
 
-from inframind_ray.core.types import ModelInfo, ModelLoad
+from inframind_ray.core.types import LoadSnapshot, ModelInfo
 
 
-def slots(info: ModelInfo, load: ModelLoad) -> int:
+def slots(info: ModelInfo, load: LoadSnapshot) -> int:
     """Sequence slots of a model over its replicas (at least one replica's worth)."""
     return info.max_num_seqs * max(1, load.replicas)
 
 
-def free_slots(info: ModelInfo, load: ModelLoad) -> int:
+def free_slots(info: ModelInfo, load: LoadSnapshot) -> int:
     """Sequence slots not running a request or promised to a waiting one."""
     return slots(info, load) - load.running - load.waiting
 
 
-def congestion(info: ModelInfo, load: ModelLoad) -> float:
+def congestion(info: ModelInfo, load: LoadSnapshot) -> float:
     """Requests per sequence slot that a new request finds beyond the free slots (0 while one is
     free): the queue a new arrival deepens."""
     return max(0.0, (load.running + load.waiting + 1 - slots(info, load)) / slots(info, load))
 
 
 def latency_terms(
-    info: ModelInfo, load: ModelLoad, prompt_tokens: int, out_tokens: float,
+    info: ModelInfo, load: LoadSnapshot, prompt_tokens: int, out_tokens: float,
     occupancy: str = "e2e",
 ) -> tuple[float, float]:
     """(service, queue wait) seconds of one new request; ``predict_latency`` is their sum.
@@ -56,7 +56,7 @@ def latency_terms(
 
 
 def predict_latency(
-    info: ModelInfo, load: ModelLoad, prompt_tokens: int, out_tokens: float,
+    info: ModelInfo, load: LoadSnapshot, prompt_tokens: int, out_tokens: float,
     occupancy: str = "e2e",
 ) -> float:
     """Predicted seconds from submission to last token of one new request (the analytic price

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from scipy.optimize import nnls
 
 from inframind_ray.core.strategy import Strategy
-from inframind_ray.core.types import ModelInfo, ModelLoad, PoolInfo
+from inframind_ray.core.types import LoadSnapshot, ModelInfo, PoolInfo
 from inframind_ray.errors import ConfigError
 from inframind_ray.policy.latency import latency_terms, predict_latency
 
@@ -49,7 +49,7 @@ class Predictors:
         return self.lengths.get(info.name, {}).get(strategy.value,
                                                    info.expected_tokens[strategy])
 
-    def latency_s(self, info: ModelInfo, load: ModelLoad, prompt_tokens: int,
+    def latency_s(self, info: ModelInfo, load: LoadSnapshot, prompt_tokens: int,
                   strategy: Strategy) -> float:
         """Predicted seconds of one new call (the analytic terms, recalibrated)."""
         service, wait = latency_terms(info, load, prompt_tokens, self.length(info, strategy))
@@ -97,8 +97,8 @@ def read_calls(path: str | Path, pool: PoolInfo) -> pd.DataFrame:
     return rows
 
 
-def _loads(df: pd.DataFrame) -> list[ModelLoad]:
-    return [ModelLoad(str(r.model), int(r.load_replicas), int(r.load_waiting),
+def _loads(df: pd.DataFrame) -> list[LoadSnapshot]:
+    return [LoadSnapshot(str(r.model), int(r.load_replicas), int(r.load_waiting),
                       int(r.load_running), float(r.load_kv_usage), 0.0, 0.0,
                       float(r.load_e2e_ewma_s), 0.0)
             for r in df.itertuples(index=False)]

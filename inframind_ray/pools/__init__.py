@@ -1,1 +1,3 @@
-"""Pools: the shipped pool files (YAML), each model's hardware facts and its model card."""
+"""Pools: the shipped pool files (YAML), each model's hardware facts (``hardware.py``), what the
+recorded answers say about it (``recorded.py``) and its model card (``cards.py``), all without
+the simulator."""

@@ -1,44 +1,68 @@
-"""The replica's EDF request queue in front of its engine.
+"""A replica's admission queue in front of its engine, the same on both clocks.
 
-Bounded; admits requests to the engine in deadline order up to the engine's capacity; a request
-whose deadline cannot be met is answered at once with an explicit ``deadline`` result instead of
-occupying the engine, or when its deadline passes while it waits; a full queue answers
-``overloaded`` at once. The heap is the shared ``core.request_queue.EDFQueue``.
+Bounded; admits requests to the engine in deadline order (EDF; FCFS on request) up to the
+engine's capacity; a request whose deadline cannot be met (less than ``min_service_s`` left) is
+answered at once with ``DEADLINE`` instead of occupying the engine, or when its deadline passes
+while it waits; a full queue answers ``OVERLOADED`` at once. The heap is the shared
+``core.request_queue`` queue. The queue knows nothing of the engine's request type: ``submit``
+takes a deadline and a coroutine factory and says how the request left (:class:`Admission`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import time
+import math
+from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from inframind_ray.core.request import EngineRequest, ewma
-from inframind_ray.core.request_queue import EDFQueue, earliest_slacks
-from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
+from inframind_ray.core.clock import Clock
+from inframind_ray.core.request import EngineRequest, RequestStatus, ewma
+from inframind_ray.core.request_queue import (
+    SchedulingPolicy,
+    create_request_queue,
+    earliest_slacks,
+)
+from inframind_ray.core.types import LoadSnapshot
 
-RunFn = Callable[[GenerateRequest], Awaitable[GenerateResult]]
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Admission(Generic[R]):
+    """How one request left the queue. ``result`` is the engine's answer when it was admitted
+    (``status`` None: the caller reads the engine's status); otherwise ``status`` is the queue's
+    own terminal answer (DEADLINE, OVERLOADED, or ERROR when the engine raised)."""
+
+    result: R | None
+    status: RequestStatus | None
+    waited_s: float  # in this queue, before the engine got it
+    latency_s: float  # arrival here to the end
+    detail: str = ""
 
 
 class DeadlineQueue:
-    """EDF admission control for one replica. ``clock`` returns epoch seconds."""
+    """Admission control of one replica on an injected clock (deadlines on that clock)."""
 
-    def __init__(self, capacity: int, max_queue: int, *, min_service_s: float = 0.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, capacity: int, max_queue: int, *, clock: Clock,
+                 min_service_s: float = 0.0,
+                 order: SchedulingPolicy | str = SchedulingPolicy.EDF) -> None:
         if capacity < 1 or max_queue < 0:
             raise ValueError("capacity must be >= 1 and max_queue >= 0")
         self.capacity = capacity
         self.max_queue = max_queue
         self.min_service_s = min_service_s
         self.clock = clock
+        self.order = SchedulingPolicy(order)
         self.in_engine = 0
-        self.waiting = EDFQueue()
+        self.waiting = create_request_queue(self.order)
         self._futures: dict[int, asyncio.Future[bool]] = {}
         self._seq = itertools.count()
-        self.counts = {"ok": 0, "deadline": 0, "overloaded": 0, "error": 0}
-        # TTFT and end-to-end latency of answered requests from their arrival here, so that
-        # the wait in this queue counts, as in the twin's engine (its EWMAs start at arrival)
+        self.counts: Counter[RequestStatus] = Counter()
+        # TTFT and end-to-end latency of answered requests from their arrival here, so that the
+        # wait in this queue counts (``answered``); 0 until the first answer
         self.ttft_ewma = 0.0
         self.e2e_ewma = 0.0
 
@@ -47,32 +71,57 @@ class DeadlineQueue:
 
     def slacks(self, now: float) -> tuple[float, ...]:
         """Seconds to the earliest waiting deadlines (the replica snapshot's EDF view)."""
+        if self.order is not SchedulingPolicy.EDF:
+            return ()
         return earliest_slacks(self.waiting.deadlines(), now)
 
-    async def submit(self, req: GenerateRequest, run: RunFn) -> GenerateResult:
-        """Queue ``req`` and run it with ``run`` once admitted (or answer at once)."""
-        t0 = self.clock()
-        if req.deadline - t0 <= self.min_service_s:
-            return self._answer(req, "deadline", t0, "deadline cannot be met")
+    def snapshot_over(self, engine: LoadSnapshot, **identity: str) -> LoadSnapshot:
+        """The replica's snapshot: the engine's, plus this queue's waiting requests and EDF
+        slacks, TTFT / E2E from arrival here (the engine's own until a request was answered),
+        stamped now, with the replica's ``identity`` (model, replica_id, node_id)."""
+        now = self.clock.now()
+        return LoadSnapshot(
+            model=identity.get("model", engine.model), replicas=1,
+            waiting=len(self) + engine.waiting, running=engine.running,
+            kv_usage=engine.kv_usage, ttft_s=self.ttft_ewma or engine.ttft_s,
+            tpot_s=engine.tpot_s, e2e_s=self.e2e_ewma or engine.e2e_s, timestamp=now,
+            waiting_slack_s=self.slacks(now), replica_id=identity.get("replica_id", ""),
+            node_id=identity.get("node_id", ""), num_preemptions=engine.num_preemptions)
+
+    def answered(self, status: RequestStatus, ttft_s: float | None, latency_s: float) -> None:
+        """Count an admitted request's outcome; fold an answer's latencies (from arrival here)
+        into the EWMAs."""
+        self.counts[status] += 1
+        if status.ok:
+            self.e2e_ewma = ewma(self.e2e_ewma, latency_s)
+            if ttft_s is not None:
+                self.ttft_ewma = ewma(self.ttft_ewma, ttft_s)
+
+    async def submit(self, deadline: float, run: Callable[[], Awaitable[R]]) -> Admission[R]:
+        """Queue a request due at ``deadline`` and ``await run()`` once admitted (or answer at
+        once). An exception of ``run`` becomes an ERROR admission, never a lost request."""
+        t0 = self.clock.now()
+        if deadline - t0 <= self.min_service_s:
+            return self._refuse(RequestStatus.DEADLINE, t0, "deadline cannot be met")
         if self.in_engine < self.capacity and not len(self.waiting):
             self.in_engine += 1
-            return await self._run(req, run, t0)
+            return await self._run(run, t0)
         if len(self.waiting) >= self.max_queue:
-            return self._answer(req, "overloaded", t0, "replica queue full")
-        entry = EngineRequest(req.request_id, 0, 1, deadline=req.deadline, arrival=t0,
-                              seq=next(self._seq))
+            return self._refuse(RequestStatus.OVERLOADED, t0, "replica queue full")
+        entry = EngineRequest("", 0, 1, deadline=deadline, arrival=t0, seq=next(self._seq))
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._futures[id(entry)] = fut
         self.waiting.add(entry)
+        timeout = deadline - t0 if math.isfinite(deadline) else None
         try:
-            await asyncio.wait({fut}, timeout=max(0.0, req.deadline - self.clock()))
+            await asyncio.wait({fut}, timeout=timeout)
         except asyncio.CancelledError:
             self._abandon(entry, fut)
             raise
         if not fut.done():  # deadline passed while waiting
             self._abandon(entry, fut)
-            return self._answer(req, "deadline", t0, "deadline passed in the replica queue")
-        return await self._run(req, run, t0)
+            return self._refuse(RequestStatus.DEADLINE, t0, "deadline passed in the replica queue")
+        return await self._run(run, t0)
 
     def _abandon(self, entry: EngineRequest, fut: asyncio.Future) -> None:
         """Leave the queue; if a slot was already granted, give it back."""
@@ -84,25 +133,21 @@ class DeadlineQueue:
             fut.cancel()
             self.waiting.remove(entry)
 
-    async def _run(self, req: GenerateRequest, run: RunFn, t0: float) -> GenerateResult:
-        waited = self.clock() - t0
+    async def _run(self, run: Callable[[], Awaitable[R]], t0: float) -> Admission[R]:
+        waited = self.clock.now() - t0
         try:
-            res = await run(req)
+            res = await run()
         except Exception as e:  # an engine failure answers this request, never loses it
-            res = GenerateResult(req.request_id, "error", detail=f"{type(e).__name__}: {e}")
+            self.counts[RequestStatus.ERROR] += 1
+            return Admission(None, RequestStatus.ERROR, waited, self.clock.now() - t0,
+                             f"{type(e).__name__}: {e}")
         finally:
             self.in_engine -= 1
             self._release()
-        self.counts[res.status if res.status in self.counts else "error"] += 1
-        latency = self.clock() - t0
-        if res.status == "ok":
-            self.e2e_ewma = ewma(self.e2e_ewma, latency)
-            if res.ttft_s is not None:
-                self.ttft_ewma = ewma(self.ttft_ewma, waited + res.ttft_s)
-        return replace(res, queue_wait_s=waited, latency_s=latency)
+        return Admission(res, None, waited, self.clock.now() - t0)
 
     def _release(self) -> None:
-        """Admit the earliest deadlines while the engine has room."""
+        """Admit the first waiting requests (earliest deadlines) while the engine has room."""
         while self.in_engine < self.capacity and len(self.waiting):
             entry = self.waiting.pop()
             fut = self._futures.pop(id(entry), None)
@@ -111,8 +156,7 @@ class DeadlineQueue:
             self.in_engine += 1
             fut.set_result(True)
 
-    def _answer(self, req: GenerateRequest, status: str, t0: float, detail: str
-                ) -> GenerateResult:
+    def _refuse(self, status: RequestStatus, t0: float, detail: str) -> Admission:
         self.counts[status] += 1
-        return GenerateResult(req.request_id, status, latency_s=self.clock() - t0,
-                              queue_wait_s=self.clock() - t0, detail=detail)
+        waited = self.clock.now() - t0
+        return Admission(None, status, waited, waited, detail)

@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 import aiohttp
 import numpy as np
 
+from inframind_ray import assumptions as A
 from inframind_ray.errors import ConfigError
 from inframind_ray.tasks.workload import WorkloadSpec, budgets, sample_items
 
@@ -65,20 +66,51 @@ class LoadResult:
         }
 
 
-async def run_load(url: str, rate_per_min: float, duration_s: float, *, seed: int = 0,
-                   policy: str | None = None, budget_range_s: tuple[float, float] = (20, 90),
-                   split: str = "test", api_key: str | None = None,
-                   drain_s: float = 120.0) -> LoadResult:
-    """Send Poisson arrivals for ``duration_s`` (MMLU-Pro items of ``split``), then wait for the
-    answers at most ``drain_s`` more seconds. Bounded in count and time."""
+@dataclass(frozen=True)
+class LoadSpec:
+    """One bounded load run: Poisson arrivals of MMLU-Pro items of ``split`` for ``duration_s``
+    seconds, then at most ``drain_s`` more seconds waiting for the answers."""
+
+    rate_per_min: float = 30.0
+    duration_s: float = 60.0
+    seed: int = 0
+    policy: str | None = None
+    budget_range_s: tuple[float, float] = A.BUDGET_RANGE_S
+    split: str = "test"
+    drain_s: float = 120.0
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the bad field."""
+        if not self.rate_per_min > 0:
+            raise ConfigError("rate", f"must be > 0 req/min, got {self.rate_per_min}")
+        if not self.duration_s > 0:
+            raise ConfigError("duration", f"must be > 0 s, got {self.duration_s}")
+
+
+@dataclass(frozen=True)
+class DemoSpec:
+    """``inframind demo``: each policy at a low and a high rate, tighter budgets than the bench
+    so that the high rate congests the twin pool within a few minutes."""
+
+    low_rate: float = 30.0
+    high_rate: float = 300.0
+    low_duration_s: float = 40.0
+    high_duration_s: float = 75.0
+    policies: tuple[str, ...] = ("inframind", "infra-heuristic", "always-strongest")
+    budget_range_s: tuple[float, float] = (15.0, 45.0)
+
+
+async def run_load(url: str, spec: LoadSpec, api_key: str | None = None) -> LoadResult:
+    """Send the spec's Poisson arrivals, then wait for the answers at most ``spec.drain_s`` more
+    seconds. Bounded in count and time."""
     require_loopback(url)
-    if not rate_per_min > 0:
-        raise ConfigError("rate", f"must be > 0 req/min, got {rate_per_min}")
-    if not duration_s > 0:
-        raise ConfigError("duration", f"must be > 0 s, got {duration_s}")
+    spec.validate()
+    rate_per_min, duration_s, seed = spec.rate_per_min, spec.duration_s, spec.seed
+    policy, budget_range_s, drain_s = spec.policy, spec.budget_range_s, spec.drain_s
     n = min(MAX_QUERIES, max(1, int(rate_per_min / 60 * duration_s * 1.5) + 10))
-    spec = WorkloadSpec(rate_per_min, n, split=split, budget_range_s=budget_range_s, seed=seed)
-    items, buds = sample_items(spec), budgets(spec)
+    work = WorkloadSpec(rate_per_min, n, split=spec.split, budget_range_s=budget_range_s,
+                        seed=seed)
+    items, buds = sample_items(work), budgets(work)
     gaps = np.random.default_rng(seed).exponential(60.0 / rate_per_min, size=n)
     result = LoadResult(rate_per_min, duration_s, policy)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

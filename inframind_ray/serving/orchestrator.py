@@ -6,29 +6,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import statistics
 import time
 import uuid
 from pathlib import Path
 
-from inframind_ray import assumptions as A
 from inframind_ray.config import PoolConfig
+from inframind_ray.core.clock import WALL_CLOCK
+from inframind_ray.core.request import RequestStatus
 from inframind_ray.core.topology import build_graph
-from inframind_ray.core.types import QueryInfo
+from inframind_ray.core.types import LoadSnapshot, QueryInfo
 from inframind_ray.orchestration.runner import AgentCall, AgentResult, QueryResult, run_query
 from inframind_ray.policy.base import Policy
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.learned import CheckpointError
 from inframind_ray.pools.cards import build_pool_info
-from inframind_ray.replica.load_view import MetricsHub, ReplicaSnapshot
+from inframind_ray.replica.load_view import LoadView
 from inframind_ray.serving.backend import ServeBackend
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
 from inframind_ray.serving.tracing import Tracing
-from inframind_ray.tasks.prompts import format_question
-from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.tasks.base import free_text_prompt_tokens
+from inframind_ray.tasks.mmlu_pro import mmlu_pro
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +45,12 @@ class Orchestrator:
     def __init__(self, pool_cfg: dict, app_name: str = APP_NAME) -> None:
         self.cfg = PoolConfig.model_validate(pool_cfg)
         self.app_name = app_name
-        self.outcome = OutcomeModel({m.name: m.recorded for m in self.cfg.models})
-        self.pool_info = build_pool_info(self.cfg, self.outcome)
+        self.task = mmlu_pro()  # items of item_id queries, and their grader
+        self.pool_info = build_pool_info(self.cfg)
         s = self.cfg.serving
-        self.hub = MetricsHub(self.pool_info.names, s.stale_after_s, s.unavailable_after_s)
+        self.loads = LoadView(self.pool_info.names, clock=WALL_CLOCK,
+                              stale_after_s=s.stale_after_s,
+                              unavailable_after_s=s.unavailable_after_s)
         self.records = RecordWriter(Path(s.records_dir))
         self.policies: dict[str, Policy] = {}
         self.default_policy = s.default_policy
@@ -65,8 +67,7 @@ class Orchestrator:
         if name not in self.policies:
             try:
                 self.policies[name] = make_policy(
-                    name, self.pool_info, 0,
-                    is_correct=lambda q, m, s: self.outcome.would_be_correct(q.item_id, m, s),
+                    name, self.pool_info, 0, is_correct=self._oracle_hook(name),
                     checkpoint=self.cfg.serving.policy_checkpoint)
             except CheckpointError as e:
                 # the learned policy cannot load: serve with the infra-aware heuristic, say so
@@ -77,6 +78,16 @@ class Orchestrator:
             except ValueError as e:
                 raise UserError(str(e)) from None
         return self.policies[name]
+
+    def _oracle_hook(self, name: str):  # noqa: ANN202
+        """The recorded-outcome hook of the ``oracle`` policy, built only when it is asked for
+        (through the twin engine adapter: it knows what the twin engines will answer); None for
+        every other policy."""
+        if name != "oracle":
+            return None
+        from inframind_ray.serving.engines.twin import recorded_oracle
+
+        return recorded_oracle(self.cfg)
 
     def _backend(self) -> ServeBackend:
         if self._handles is None:
@@ -99,13 +110,13 @@ class Orchestrator:
         return (await loop.run_in_executor(None, embed_texts, [text]))[0]
 
     # ------------------------------------------------------------------ metrics
-    def push_metrics(self, snap: ReplicaSnapshot) -> None:
+    def push_metrics(self, snap: LoadSnapshot) -> None:
         """Called by replicas (fire and forget)."""
-        self.hub.push(snap)
+        self.loads.push(snap)
 
     def state(self) -> dict:
         """Live per-model metrics and orchestrator status (``GET /v1/state``)."""
-        return {"models": self.hub.describe(), "inflight_queries": self.inflight,
+        return {"models": self.loads.describe(), "inflight_queries": self.inflight,
                 "served_queries": self.served, "default_policy": self.default_policy,
                 "policy_status": self.policy_status,
                 "stale_after_s": self.cfg.serving.stale_after_s}
@@ -126,33 +137,23 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ queries
     def _query_info(self, payload: dict, arrival: float) -> QueryInfo:
+        """A benchmark item's query from the task family, or a free-text query."""
         item_id = payload.get("item_id")
         text = payload.get("query") or ""
-        category = "other"
-        fewshot = 0
-        if item_id is not None:
-            try:
-                i = self.outcome.index(item_id)
-            except KeyError as e:
-                raise UserError(str(e).strip("'\"")) from None
-            from inframind_ray import data
-
-            q = data.questions()
-            text = text or format_question(q["question"][i], q["options"][i])
-            category = str(q["category"][i])
-            fewshot = int(self.outcome.fewshot_tokens[i])
-            n_prompt = int(self.outcome.prompt_tokens[i])
-        else:
-            n_prompt = math.ceil(len(text.split()) * A.TOKENS_PER_WORD) + A.PROMPT_OVERHEAD_TOKENS
-        return QueryInfo(query_id=payload.get("query_id") or uuid.uuid4().hex[:12], text=text,
-                         budget_s=float(payload["budget_s"]), arrival_s=arrival,
-                         category=category, item_id=item_id, prompt_tokens=n_prompt,
-                         fewshot_tokens=fewshot)
+        query_id = payload.get("query_id") or uuid.uuid4().hex[:12]
+        budget = float(payload["budget_s"])
+        if item_id is None:
+            return QueryInfo(query_id=query_id, text=text, budget_s=budget, arrival_s=arrival,
+                             prompt_tokens=free_text_prompt_tokens(text))
+        try:
+            return self.task.query(item_id, query_id, budget, arrival, text=text or None)
+        except KeyError as e:
+            raise UserError(str(e).strip("'\"")) from None
 
     async def query(self, payload: dict) -> dict:
-        """Answer one query end to end. Returns a dict with ``http_status``."""
-        loop = asyncio.get_running_loop()
-        arrival = loop.time()
+        """Answer one query end to end, on the wall clock (arrival and deadline are epoch
+        instants from here to the engine). Returns a dict with ``http_status``."""
+        arrival = WALL_CLOCK.now()
         if self.inflight >= self.cfg.serving.max_inflight_queries:
             return {"http_status": 429, "error": "too many queries in flight", "retry_after": 1}
         try:
@@ -168,8 +169,8 @@ class Orchestrator:
                 q = replace(q, embedding=await self._embed(q.text))
             with self.tracing.tracer.start_as_current_span("query", attributes={
                     "query_id": q.query_id, "policy": policy.name, "budget_s": q.budget_s}):
-                res = await run_query(q, policy, self._backend(), lambda: self.hub.system_state(
-                    loop.time()), abort_on_deadline=True)
+                res = await run_query(q, policy, self._backend(), self.loads.system_state,
+                                      abort_on_deadline=True, clock=WALL_CLOCK)
         finally:
             self.inflight -= 1
         self.served += 1
@@ -177,21 +178,21 @@ class Orchestrator:
 
     def _respond(self, res: QueryResult, policy: str) -> dict:
         q = res.query
-        correct = None if q.item_id is None else self.outcome.is_correct(q.item_id, res.answer)
+        correct = None if q.item_id is None else self.task.grade(q.item_id, res.answer)
         final = res.steps[-1]
         http = 200
-        if res.status == "overloaded":
+        if res.status is RequestStatus.OVERLOADED:
             http = 503
         graph = build_graph(res.plan)
         out = {
-            "http_status": http, "query_id": q.query_id, "status": res.status,
+            "http_status": http, "query_id": q.query_id, "status": res.status.api,
             "answer": res.answer, "text": final.text, "correct": correct,
             "latency_s": round(res.latency, 4), "budget_s": q.budget_s,
             "within_budget": res.within_budget, "policy": policy,
             "plan": {"topology": res.plan.topology.value, "k": res.plan.k,
                      "roles": list(res.plan.roles), "critical_path": graph.critical_path_len},
             "steps": [{"node": s.node_id, "role": s.role, "kind": s.kind, "model": s.model,
-                       "strategy": s.strategy.value, "status": s.status,
+                       "strategy": s.strategy.value, "status": s.status.api,
                        "start_s": round(s.start - q.arrival_s, 4),
                        "end_s": round(s.end - q.arrival_s, 4),
                        "output_tokens": s.output_tokens} for s in res.steps],
@@ -201,8 +202,8 @@ class Orchestrator:
             out["error"] = "a model replica is overloaded"
         self.records.add("queries", {
             "query_id": q.query_id, "item_id": q.item_id, "policy": policy,
-            "arrival_epoch": time.time() - (asyncio.get_running_loop().time() - q.arrival_s),
-            "budget_s": q.budget_s, "latency_s": res.latency, "status": res.status,
+            "arrival_epoch": q.arrival_s,
+            "budget_s": q.budget_s, "latency_s": res.latency, "status": res.status.api,
             "answer": res.answer, "correct": correct, "within_budget": res.within_budget,
             "topology": res.plan.topology.value, "k": res.plan.k, "n_calls": len(res.steps)})
         return out
@@ -211,7 +212,7 @@ class Orchestrator:
         self.records.add("calls", {
             "query_id": call.query.query_id, "node_id": call.node.id, "role": call.node.role,
             "kind": call.node.kind.value, "model": call.model, "strategy": call.strategy.value,
-            "deadline_in_s": call.deadline - out.start, "status": res.status,
+            "deadline_in_s": call.deadline - out.start, "status": res.status.api,
             "queue_wait_s": res.queue_wait_s, "ttft_s": res.ttft_s,
             "latency_s": out.end - out.start, "replica_latency_s": res.latency_s,
             "prompt_tokens": res.prompt_tokens, "output_tokens": res.output_tokens,
@@ -223,16 +224,15 @@ class Orchestrator:
         backend = self._backend()
         handle = backend.handles[model]
         policy = _FixedModel(self.pool_info, model)
-        loop = asyncio.get_running_loop()
         bare, step = [], []
         for i in range(n + warmup):
             req = GenerateRequest(f"bare-{i}", "ping", 1, time.time() + 60)
             t = time.perf_counter()
             await handle.generate.remote(req)
             b = time.perf_counter() - t
-            q = QueryInfo(f"ovh-{i}", "ping", 60.0, loop.time())
+            q = QueryInfo(f"ovh-{i}", "ping", 60.0, WALL_CLOCK.now())
             t = time.perf_counter()
-            await run_query(q, policy, backend, lambda: self.hub.system_state(loop.time()))
+            await run_query(q, policy, backend, self.loads.system_state, clock=WALL_CLOCK)
             s = time.perf_counter() - t
             if i >= warmup:
                 bare.append(b * 1e3)

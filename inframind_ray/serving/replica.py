@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import ray
 from ray import serve
 from ray.util.metrics import Gauge
 
 from inframind_ray.config import ModelConfig, PoolConfig
+from inframind_ray.core.clock import WALL_CLOCK
+from inframind_ray.core.types import LoadSnapshot
 from inframind_ray.replica.admission import DeadlineQueue
-from inframind_ray.replica.load_view import ReplicaSnapshot
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.engines.factory import make_engine
 
@@ -28,6 +30,21 @@ def deployment_name(model: str) -> str:
     return f"model:{model}"
 
 
+async def admit(queue: DeadlineQueue, run: Callable[[GenerateRequest], Awaitable[GenerateResult]],
+                req: GenerateRequest) -> GenerateResult:
+    """One request through the replica's admission queue into ``run`` (the engine); the
+    queue's own answers (deadline shed, overloaded, engine error) become results, and times
+    count from the arrival here (the queue's wait included, as in the twin)."""
+    adm = await queue.submit(req.deadline, lambda: run(req))
+    if adm.result is None:
+        return GenerateResult(req.request_id, adm.status, queue_wait_s=adm.waited_s,
+                              latency_s=adm.latency_s, detail=adm.detail)
+    res = adm.result
+    queue.answered(res.status, None if res.ttft_s is None else adm.waited_s + res.ttft_s,
+                   adm.latency_s)
+    return replace(res, queue_wait_s=adm.waited_s, latency_s=adm.latency_s)
+
+
 @serve.deployment(max_ongoing_requests=1024, health_check_period_s=5)
 class ModelReplica:
     """Serves ``generate`` for one pool model."""
@@ -37,7 +54,8 @@ class ModelReplica:
         self.model = ModelConfig.model_validate(model_cfg)
         self.engine = make_engine(self.model, self.pool)
         await self.engine.start()
-        self.queue = DeadlineQueue(self.engine.capacity, self.model.max_queue)
+        self.queue = DeadlineQueue(self.engine.capacity, self.model.max_queue, clock=WALL_CLOCK,
+                                   order=self.pool.engine.scheduling)
         ctx = serve.get_replica_context()
         self.replica_id = ctx.replica_tag
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -50,22 +68,14 @@ class ModelReplica:
         self._pusher = asyncio.get_running_loop().create_task(self._push_loop())
 
     async def generate(self, req: GenerateRequest) -> GenerateResult:
-        """Queue (EDF) and run one request; never raises for a request-level failure."""
-        return await self.queue.submit(req, self.engine.generate)
+        """Admit (the shared replica layer) and run one request; never raises for a
+        request-level failure."""
+        return await admit(self.queue, self.engine.generate, req)
 
-    def snapshot(self) -> ReplicaSnapshot:
-        """This replica's load right now."""
-        s = self.engine.stats()
-        now = time.time()
-        return ReplicaSnapshot(
-            model=self.model.name, replica_id=self.replica_id,
-            waiting=len(self.queue) + s.waiting, running=s.running, kv_usage=s.kv_usage,
-            # TTFT and E2E from arrival at this replica (its queue wait included, as the twin
-            # measures them); the engine's own until the replica has answered a request
-            ttft_s=self.queue.ttft_ewma or s.ttft_s, tpot_s=s.tpot_s,
-            e2e_s=self.queue.e2e_ewma or s.e2e_s, num_preemptions=s.num_preemptions,
-            timestamp=now, node_id=self.node_id, waiting_slack_s=self.queue.slacks(now),
-        )
+    def snapshot(self) -> LoadSnapshot:
+        """This replica's load right now: its queue over its engine (epoch timestamp)."""
+        return self.queue.snapshot_over(self.engine.stats(), model=self.model.name,
+                                        replica_id=self.replica_id, node_id=self.node_id)
 
     def set_push_enabled(self, enabled: bool) -> bool:
         """Stop or resume metric pushes (operators and staleness tests)."""

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inframind_ray import assumptions as A
 from inframind_ray import data
 from inframind_ray.core.types import QueryInfo
 from inframind_ray.errors import ConfigError
-from inframind_ray.tasks.prompts import format_question
-from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.tasks.base import TaskFamily
+from inframind_ray.tasks.mmlu_pro import mmlu_pro
 
 SPLITS = ("train", "val", "test")
 
@@ -25,7 +26,7 @@ class WorkloadSpec:
     n_queries: int
     arrivals: str = "poisson"  # or "trace:<name>"
     split: str = "test"
-    budget_range_s: tuple[float, float] = (20.0, 90.0)
+    budget_range_s: tuple[float, float] = A.BUDGET_RANGE_S
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -57,10 +58,9 @@ def _rng(seed: int, *keys: object) -> np.random.Generator:
     return np.random.default_rng([seed, *(zlib.crc32(str(k).encode()) for k in keys)])
 
 
-def split_items(split: str) -> np.ndarray:
-    """Question ids of one split."""
-    q = data.questions()
-    return q["question_id"][q["split"] == split]
+def split_items(split: str, task: TaskFamily | None = None) -> np.ndarray:
+    """Item ids of one split (MMLU-Pro unless ``task`` names another family)."""
+    return (task or mmlu_pro()).split_ids(split)
 
 
 def sample_items(spec: WorkloadSpec) -> np.ndarray:
@@ -96,26 +96,12 @@ def budgets(spec: WorkloadSpec) -> np.ndarray:
     return _rng(spec.seed, "budgets").uniform(lo, hi, size=spec.n_queries)
 
 
-def make_queries(spec: WorkloadSpec, outcome: OutcomeModel) -> list[QueryInfo]:
-    """The full query list of one run (arrival_s relative to the run's start)."""
+def make_queries(spec: WorkloadSpec, task: TaskFamily | None = None) -> list[QueryInfo]:
+    """The full query list of one run (arrival_s relative to the run's start), MMLU-Pro items
+    unless ``task`` names another family."""
     spec.validate()
-    q = data.questions()
+    task = task or mmlu_pro()
     items, times, buds = sample_items(spec), arrival_times(spec), budgets(spec)
-    emb = data.item_embeddings()
-    out = []
-    for n, (item, t, b) in enumerate(zip(items, times, buds, strict=True)):
-        i = outcome.index(int(item))
-        out.append(
-            QueryInfo(
-                query_id=f"q{n:05d}-{int(item)}",
-                text=format_question(q["question"][i], q["options"][i]),
-                budget_s=float(b),
-                arrival_s=float(t),
-                category=str(q["category"][i]),
-                item_id=int(item),
-                prompt_tokens=int(outcome.prompt_tokens[i]),
-                fewshot_tokens=int(outcome.fewshot_tokens[i]),
-                embedding=None if emb is None else emb[i],
-            )
-        )
-    return out
+    return [task.query(int(item), f"q{n:05d}-{int(item)}", float(b), float(t),
+                       embedding=task.embedding(int(item)))
+            for n, (item, t, b) in enumerate(zip(items, times, buds, strict=True))]

@@ -5,18 +5,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from inframind_ray.core.request import EngineRequest, RequestStatus
+from inframind_ray.core.request import EngineRequest
 from inframind_ray.core.types import prompt_tokens as prompt_tokens_of
 from inframind_ray.orchestration.runner import AgentCall, AgentResult
 from inframind_ray.twin.outcome import OutcomeModel
 from inframind_ray.twin.pool import ModelReplicas
 
-_STATUS = {RequestStatus.FINISHED: "ok", RequestStatus.REJECTED: "rejected",
-           RequestStatus.ABORTED: "deadline"}
-
 
 class TwinBackend:
-    """Routes each call to a replica of its model (join-shortest-queue) in the twin."""
+    """Routes each call to a replica of its model (the shared replica choice) in the twin."""
 
     def __init__(self, replicas: dict[str, ModelReplicas], outcome: OutcomeModel) -> None:
         self.replicas = replicas
@@ -29,7 +26,7 @@ class TwinBackend:
         loop = asyncio.get_running_loop()
         start = loop.time()
         q = call.query
-        ups = [u for u in call.upstream if u.status == "ok"]
+        ups = [u for u in call.upstream if u.status.ok]
         text_ok, tokens = self.outcome.reply(q.item_id, call.model, call.strategy, call.node.kind,
                                              [u.answer for u in ups], call.max_tokens,
                                              call.sample)
@@ -37,15 +34,14 @@ class TwinBackend:
         req = EngineRequest(f"{q.query_id}/{call.node.id}/{next(self._ids)}", prompt_tokens, tokens,
                             deadline=call.deadline)
         res = await self.replicas[call.model].pick().generate(req)
-        status = _STATUS.get(res.status, "error")
         return AgentResult(
             node_id=call.node.id,
             role=call.node.role,
             kind=call.node.kind.value,
             model=call.model,
             strategy=call.strategy,
-            status=status,
-            text=text_ok if status == "ok" else None,
+            status=res.status,
+            text=text_ok if res.status.ok else None,
             start=start,
             end=res.finished_at,
             first_token=res.first_token,

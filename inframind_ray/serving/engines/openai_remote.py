@@ -14,9 +14,9 @@ import time
 import aiohttp
 
 from inframind_ray.config import OpenAIEngineSpec
-from inframind_ray.serving.engines.base import Engine, EngineStats, GenerateRequest, GenerateResult
-
-EWMA = 0.2
+from inframind_ray.core.request import RequestStatus, ewma
+from inframind_ray.core.types import LoadSnapshot
+from inframind_ray.serving.engines.base import Engine, GenerateRequest, GenerateResult
 
 
 class OpenAIEngine(Engine):
@@ -40,8 +40,7 @@ class OpenAIEngine(Engine):
             headers=headers, timeout=aiohttp.ClientTimeout(total=self.spec.timeout_s))
 
     def _observe(self, key: str, v: float) -> None:
-        old = self._ewma[key]
-        self._ewma[key] = v if old == 0 else (1 - EWMA) * old + EWMA * v
+        self._ewma[key] = ewma(self._ewma[key], v)
 
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         """POST /chat/completions with stream=true; measure TTFT and latency client-side."""
@@ -61,7 +60,8 @@ class OpenAIEngine(Engine):
                 if r.status != 200:
                     self.errors += 1
                     text = (await r.text())[:200]
-                    status = "overloaded" if r.status in (429, 503) else "error"
+                    status = (RequestStatus.OVERLOADED if r.status in (429, 503)
+                              else RequestStatus.ERROR)
                     return GenerateResult(req.request_id, status, detail=f"HTTP {r.status}: {text}",
                                           latency_s=time.time() - t0)
                 async for raw in r.content:
@@ -74,11 +74,13 @@ class OpenAIEngine(Engine):
                         parts.append(delta)
                         n_chunks += 1
         except TimeoutError:
-            return GenerateResult(req.request_id, "deadline", detail="remote call passed deadline",
+            return GenerateResult(req.request_id, RequestStatus.DEADLINE,
+                                  detail="remote call passed deadline",
                                   latency_s=time.time() - t0)
         except aiohttp.ClientError as e:
             self.errors += 1
-            return GenerateResult(req.request_id, "error", detail=f"{type(e).__name__}: {e}",
+            return GenerateResult(req.request_id, RequestStatus.ERROR,
+                                  detail=f"{type(e).__name__}: {e}",
                                   latency_s=time.time() - t0)
         finally:
             self.inflight -= 1
@@ -89,16 +91,19 @@ class OpenAIEngine(Engine):
         self._observe("e2e", end - t0)
         if n_chunks > 1:
             self._observe("tpot", (end - (first or end)) / (n_chunks - 1))
-        return GenerateResult(req.request_id, "ok", "".join(parts), 0, n_chunks, ttft_s=ttft,
-                              latency_s=end - t0)
+        return GenerateResult(req.request_id, RequestStatus.FINISHED, "".join(parts), 0,
+                              n_chunks, ttft_s=ttft, latency_s=end - t0)
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> LoadSnapshot:
         """Client-side proxies of the remote load."""
+        return LoadSnapshot(self.spec.model, running=self.inflight, ttft_s=self._ewma["ttft"],
+                            tpot_s=self._ewma["tpot"], e2e_s=self._ewma["e2e"],
+                            timestamp=time.time())
+
+    def diagnostics(self) -> dict:
+        """The error rate of the calls so far."""
         total = self.done + self.errors
-        return EngineStats(waiting=0, running=self.inflight, kv_usage=0.0,
-                           ttft_s=self._ewma["ttft"], tpot_s=self._ewma["tpot"],
-                           e2e_s=self._ewma["e2e"],
-                           extra={"error_rate": self.errors / total if total else 0.0})
+        return {"error_rate": self.errors / total if total else 0.0}
 
     async def shutdown(self) -> None:
         """Close the HTTP session."""

@@ -1,21 +1,30 @@
-"""The twin engine on the wall clock: the twin's engine model plus recorded-answer replay."""
+"""The twin engine adapter: the twin's engine model plus recorded-answer replay on the wall clock,
+and the served ``oracle`` policy's hook. The one serving module that imports ``twin``."""
 
 from __future__ import annotations
 
 import asyncio
-import math
-import time
+from collections.abc import Callable
 
-from inframind_ray.assumptions import TOKENS_PER_WORD
-from inframind_ray.config import ModelConfig, TwinEngineSpec
+from inframind_ray.config import ModelConfig, PoolConfig, TwinEngineSpec
+from inframind_ray.core.clock import loop_time_at
 from inframind_ray.core.request import EngineRequest, RequestStatus
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import NodeKind
+from inframind_ray.core.types import LoadSnapshot, QueryInfo
 from inframind_ray.pools.hardware import derive_hardware
-from inframind_ray.serving.engines.base import Engine, EngineStats, GenerateRequest, GenerateResult
+from inframind_ray.serving.engines.base import Engine, GenerateRequest, GenerateResult
+from inframind_ray.tasks.base import tokens_for_words
 from inframind_ray.tasks.prompts import format_answer
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.outcome import OutcomeModel
+
+
+def recorded_oracle(cfg: PoolConfig) -> Callable[[QueryInfo, str, Strategy], bool]:
+    """The ``oracle`` policy's hook on a served pool: whether a lone agent (model, strategy)
+    answers the query's item right, as the twin engines replay it (False for free text)."""
+    outcome = OutcomeModel({m.name: m.recorded for m in cfg.models})
+    return lambda q, model, strategy: outcome.would_be_correct(q.item_id, model, strategy)
 
 
 class WallClockTwinEngine(Engine):
@@ -40,28 +49,27 @@ class WallClockTwinEngine(Engine):
         text, tokens = self.outcome.reply(req.item_id, self.name, Strategy(req.strategy),
                                           NodeKind(req.kind), req.upstream_answers, req.max_tokens,
                                           req.sample)
-        prompt = req.prompt_tokens_hint or math.ceil(len(req.prompt.split()) * TOKENS_PER_WORD)
-        deadline = t0 + (req.deadline - time.time())
-        ereq = EngineRequest(req.request_id, prompt, max(1, tokens), deadline=deadline)
+        prompt = req.prompt_tokens_hint or tokens_for_words(len(req.prompt.split()))
+        ereq = EngineRequest(req.request_id, prompt, max(1, tokens),
+                             deadline=loop_time_at(req.deadline))
         res = await self.engine.generate(ereq)
-        ok = res.status == RequestStatus.FINISHED
+        ok = res.status.ok
         return GenerateResult(
             request_id=req.request_id,
-            status="ok" if ok else "rejected",
+            status=res.status,
             text=text if ok else None,
             prompt_tokens=prompt,
             output_tokens=res.output_tokens,
             ttft_s=None if res.first_token is None else res.first_token - t0,
             latency_s=loop.time() - t0,
             preemptions=res.num_preemptions,
-            detail="" if ok else "request does not fit the KV cache",
+            detail="" if ok else ("request does not fit the KV cache"
+                                  if res.status is RequestStatus.REJECTED else res.status.api),
         )
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> LoadSnapshot:
         """The engine model's own snapshot."""
-        s = self.engine.snapshot()
-        return EngineStats(s.waiting, s.running, s.kv_usage, s.ttft_s, s.tpot_s, s.e2e_s,
-                           s.num_preemptions)
+        return self.engine.snapshot()
 
 
 class EchoEngine(Engine):
@@ -75,8 +83,9 @@ class EchoEngine(Engine):
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         """Return a fixed graded answer immediately."""
         self.n += 1
-        return GenerateResult(req.request_id, "ok", format_answer("A"), 1, 1, ttft_s=0.0)
+        return GenerateResult(req.request_id, RequestStatus.FINISHED, format_answer("A"), 1, 1,
+                              ttft_s=0.0)
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> LoadSnapshot:
         """Always idle."""
-        return EngineStats()
+        return LoadSnapshot("echo")

@@ -16,44 +16,38 @@ import functools
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from inframind_ray.serving.engines.base import (
-    Engine,
-    EngineStats,
-    GenerateRequest,
-    GenerateResult,
-)
+from inframind_ray.core.clock import loop_time_at
+from inframind_ray.core.request import RequestStatus, ewma
+from inframind_ray.core.types import LoadSnapshot
+from inframind_ray.serving.engines.base import Engine, GenerateRequest, GenerateResult
 
 _PRIORITY_LIMIT = 2**62  # vLLM packs priority as a signed 64-bit int
 
 
 @dataclass
 class _StatsSink:
-    """What the stat logger writes and ``VLLMEngine.stats()`` reads (same process, same loop)."""
+    """What the stat logger writes and ``VLLMEngine.stats()`` reads (same process, same loop):
+    the raw load as a ``LoadSnapshot`` (scheduler counts, latency EWMAs, preemptions) and two
+    counters."""
 
-    alpha: float = 0.2
-    running: int = 0
-    waiting: int = 0
-    kv_usage: float = 0.0
-    ttft_s: float = 0.0
-    tpot_s: float = 0.0
-    e2e_s: float = 0.0
-    num_preemptions: int = 0
+    load: LoadSnapshot = field(default_factory=lambda: LoadSnapshot("vllm"))
     finished: int = 0
     updated_at: float = 0.0
-    seen: dict[str, bool] = field(default_factory=dict)
+
+    def scheduler(self, running: int, waiting: int, kv_usage: float) -> None:
+        """The latest scheduler stats."""
+        self.load = replace(self.load, running=running, waiting=waiting, kv_usage=kv_usage)
+        self.updated_at = time.time()
 
     def ewma(self, name: str, values: list[float]) -> None:
-        """Fold ``values`` into the EWMA attribute ``name`` (the first value seeds it)."""
-        cur = getattr(self, name)
+        """Fold ``values`` into the EWMA field ``name`` (``core.request.ewma``)."""
+        cur = getattr(self.load, name)
         for v in values:
-            if not self.seen.get(name):
-                cur, self.seen[name] = v, True
-            else:
-                cur += self.alpha * (v - cur)
-        setattr(self, name, cur)
+            cur = ewma(cur, v)
+        self.load = replace(self.load, **{name: cur})
 
 
 def _make_stat_logger_class() -> type:
@@ -76,17 +70,17 @@ def _make_stat_logger_class() -> type:
         ) -> None:
             s = self.sink
             if scheduler_stats is not None:
-                s.running = int(scheduler_stats.num_running_reqs)
-                s.waiting = int(scheduler_stats.num_waiting_reqs)
-                s.kv_usage = float(scheduler_stats.kv_cache_usage)
-                s.updated_at = time.time()
+                s.scheduler(int(scheduler_stats.num_running_reqs),
+                            int(scheduler_stats.num_waiting_reqs),
+                            float(scheduler_stats.kv_cache_usage))
             if iteration_stats is not None:
                 s.ewma("ttft_s", list(iteration_stats.time_to_first_tokens_iter))
                 s.ewma("tpot_s", list(iteration_stats.inter_token_latencies_iter))
                 done = iteration_stats.finished_requests
                 s.ewma("e2e_s", [f.e2e_latency for f in done])
                 s.finished += len(done)
-                s.num_preemptions += int(iteration_stats.num_preempted_reqs)
+                s.load = replace(s.load, num_preemptions=s.load.num_preemptions
+                                 + int(iteration_stats.num_preempted_reqs))
 
         def log_engine_initialized(self) -> None:
             pass
@@ -210,7 +204,8 @@ class VLLMEngine(Engine):
 
         t0 = time.time()
         if req.deadline <= t0:
-            return GenerateResult(req.request_id, "deadline", detail="deadline passed before start")
+            return GenerateResult(req.request_id, RequestStatus.DEADLINE,
+                                  detail="deadline passed before start")
         params = SamplingParams(
             max_tokens=req.max_tokens,
             temperature=0.0,
@@ -220,12 +215,12 @@ class VLLMEngine(Engine):
         pieces: list[str] = []
         prompt_tokens = output_tokens = preemptions = 0
         ttft: float | None = None
-        status, detail = "ok", ""
+        status, detail = RequestStatus.FINISHED, ""
         stream = self._llm.generate(
             self._prompt(req.prompt), params, req.request_id, priority=self.priority(req.deadline)
         )
         try:
-            async with asyncio.timeout_at(_loop_time_at(req.deadline)):
+            async with asyncio.timeout_at(loop_time_at(req.deadline)):
                 async for out in stream:
                     if ttft is None:
                         ttft = time.time() - t0
@@ -237,7 +232,7 @@ class VLLMEngine(Engine):
                     if out.finished and out.metrics is not None:
                         preemptions = int(getattr(out.metrics, "num_preemptions", 0))
         except TimeoutError:
-            status, detail = "deadline", "deadline passed while running"
+            status, detail = RequestStatus.DEADLINE, "deadline passed while running"
             await self._abort(req.request_id)
         except asyncio.CancelledError:
             await self._abort(req.request_id)
@@ -264,42 +259,32 @@ class VLLMEngine(Engine):
 
     # -- load --------------------------------------------------------------------------------
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> LoadSnapshot:
         """Latest scheduler counts, KV usage and latency EWMAs from the stat logger.
 
         vLLM sends scheduler stats only with engine steps, so after the last request ends or is
         aborted the logged counts can be stale; the front end's own count of unfinished requests
         (exact, same process) caps them.
         """
-        s = self._sink
+        s = self._sink.load
         running, waiting = s.running, s.waiting
-        unfinished = None
-        if self._llm is not None:
-            unfinished = int(self._llm.get_num_unfinished_requests())
+        unfinished = self._unfinished()
+        if unfinished is not None:
             running = min(running, unfinished)
             waiting = min(waiting, unfinished - running)
-        return EngineStats(
-            waiting=waiting,
-            running=running,
-            kv_usage=min(max(s.kv_usage, 0.0), 1.0),
-            ttft_s=s.ttft_s,
-            tpot_s=s.tpot_s,
-            e2e_s=s.e2e_s,
-            num_preemptions=s.num_preemptions,
-            extra={
-                "unfinished": unfinished,
-                "sched_running": s.running,
-                "sched_waiting": s.waiting,
-                "finished": s.finished,
-                "stats_at": s.updated_at,
-            },
-        )
+        return replace(s, model=self.model, running=running, waiting=waiting,
+                       kv_usage=min(max(s.kv_usage, 0.0), 1.0), timestamp=time.time())
 
+    def _unfinished(self) -> int | None:
+        """The front end's exact count of unfinished requests (None before ``start``)."""
+        return None if self._llm is None else int(self._llm.get_num_unfinished_requests())
 
-def _loop_time_at(epoch_deadline: float) -> float:
-    """Translate an epoch deadline into the running loop's clock (for ``asyncio.timeout_at``)."""
-    loop = asyncio.get_running_loop()
-    return loop.time() + (epoch_deadline - time.time())
+    def diagnostics(self) -> dict:
+        """The stat logger's raw scheduler counts beside the front end's unfinished count."""
+        s = self._sink
+        return {"unfinished": self._unfinished(), "sched_running": s.load.running,
+                "sched_waiting": s.load.waiting, "finished": s.finished,
+                "stats_at": s.updated_at}
 
 
 @contextlib.contextmanager

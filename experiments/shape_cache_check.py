@@ -10,8 +10,8 @@ prefill, misses it. Two checks (docs/fidelity.md, "New prompt lengths cost more"
 - default: the served tiny model, lone requests with a 0.4 s gap, alternating a cached length
   (32/128/384, cycled) and a new one (log-uniform 32-512), 60 of each; TTFT fits of both.
 
-    .venv/bin/python scripts/shape_cache_check.py            # ~90 s (40 s engine start)
-    .venv/bin/python scripts/shape_cache_check.py --kernels  # ~5 s
+    .venv/bin/python experiments/shape_cache_check.py            # ~90 s (40 s engine start)
+    .venv/bin/python experiments/shape_cache_check.py --kernels  # ~5 s
 """
 
 from __future__ import annotations

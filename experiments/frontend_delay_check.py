@@ -7,9 +7,9 @@ Prints the median TTFT and E2E errors per case for a grid of (cut, wake). A diag
 on the validation requests themselves: if no (cut, wake) brings every case under 10 %, no
 two-parameter front-end model calibrated elsewhere will either.
 
-    .venv/bin/python scripts/frontend_delay_check.py docs/fidelity/jitter-tiny/run9-calibrate
+    .venv/bin/python experiments/frontend_delay_check.py docs/fidelity/jitter-tiny/run9-calibrate
 
-``--fit-on CASE`` instead fits the entry delay of ``validate.fit_entry`` (busy cut, wake per
+``--fit-on CASE`` instead fits the entry delay of ``entry.fit_entry`` (busy cut, wake per
 idle-time bin) on that one recorded case and scores every case with it (docs/fidelity.md,
 run 12): how far the state-dependent delay can go when the calibration shares the run.
 """
@@ -20,8 +20,11 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from inframind_ray.fidelity import validate as V
+from inframind_ray.fidelity.compare import compare
+from inframind_ray.fidelity.entry import fit_entry
 from inframind_ray.fidelity.profile import load_profile
+from inframind_ray.fidelity.recorded import load_recorded
+from inframind_ray.fidelity.twin_replay import replay_twin, twin_kv_tokens
 
 
 def _score_all(cases: list, fps: dict, infos: dict, delay=None) -> list[dict]:
@@ -32,9 +35,9 @@ def _score_all(cases: list, fps: dict, infos: dict, delay=None) -> list[dict]:
         fp = fps[c.engine]
         entry = None if delay is None else (
             lambda idle_for, d=fp.request_overhead_s: max(0.0, delay(d, idle_for)))
-        V.replay_twin(c, fp, infos[c.engine], int(V.twin_kv_tokens(infos[c.engine])),
+        replay_twin(c, fp, infos[c.engine], int(twin_kv_tokens(infos[c.engine])),
                       entry_delay=entry)
-        rows.append(V.compare(c))
+        rows.append(compare(c))
     return rows
 
 
@@ -46,14 +49,14 @@ def main() -> None:
     ap.add_argument("--wakes-ms", default="0,1,2")
     ap.add_argument("--fit-on", default=None, help="fit the entry delay on this case instead")
     a = ap.parse_args()
-    cases, infos = V.load_recorded(a.run)
+    cases, infos = load_recorded(a.run)
     fps = {k: load_profile(a.run / f"profile-{k}.json")[2] for k in infos}
     if a.fit_on:
         fit_case = next((c for c in cases if c.name == a.fit_on), None)
         if fit_case is None:
             raise SystemExit(f"error: no case {a.fit_on!r} in {a.run}")
         for k in infos:
-            e = V.fit_entry(fit_case, fps[k], infos[k], int(V.twin_kv_tokens(infos[k])))
+            e = fit_entry(fit_case, fps[k], infos[k], int(twin_kv_tokens(infos[k])))
             fps[k] = dataclasses.replace(fps[k], entry=e)
             print(f"{k}: busy cut {e.busy_cut_s * 1e3:.2f} ms, idle wake "
                   + " / ".join(f"{w * 1e3:+.2f}" for w in e.idle_wake_s) + " ms")

@@ -1,6 +1,6 @@
 """Print Markdown tables from a bench results.json (used to write docs/twin.md).
 
-    .venv/bin/python scripts/results_markdown.py docs/bench/default/results.json
+    .venv/bin/python experiments/results_markdown.py docs/bench/default/results.json
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ coefficient of variation (docs/fidelity.md, "New prompt lengths cost more" and r
 ``--uni`` runs vLLM's worker inside the engine-core process (``distributed_executor_backend=
 "uni"``, two processes instead of three).
 
-    .venv/bin/python scripts/engine_drift_check.py --slots 2,8,2,8   # ~3.5 min
-    .venv/bin/python scripts/engine_drift_check.py --slots 2 --lone 40 --gap 0.3 --new-lengths
+    .venv/bin/python experiments/engine_drift_check.py --slots 2,8,2,8   # ~3.5 min
+    .venv/bin/python experiments/engine_drift_check.py --slots 2 --lone 40 --gap 0.3 --new-lengths
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Simulates the default 5-model pool at 300 req/min for each policy given, single process pinned to
 one CPU, and prints simulated_s / wall_s. Usage (from the repository root):
 
-    .venv/bin/python scripts/twin_speed.py --queries 3000 --rate 300 --out docs/bench/speed.json
+    .venv/bin/python experiments/twin_speed.py --queries 3000 --rate 300 --out docs/bench/speed.json
 """
 
 from __future__ import annotations

@@ -5,23 +5,26 @@ are right and how much of its output they hold. Then, on the VALIDATION split, t
 ``priced-topology`` without a token budget, with one at each quantile, and always-strongest
 without and with the shipped budget, side by side on the same items and arrivals.
 
-    .venv/bin/python scripts/token_budget_check.py                 # ~2 min on 2 cores
+    .venv/bin/python experiments/token_budget_check.py                 # ~2 min on 2 cores
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import numpy as np
 
 from inframind_ray import assumptions as A
 from inframind_ray import data
 from inframind_ray.bench.runner import CellSpec, run_cell
-from inframind_ray.config import load_pool, resolve_pool_path
+from inframind_ray.config import PoolConfig, load_pool, resolve_pool_path
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.core.types import PoolInfo
 from inframind_ray.policy import baselines as B
-from inframind_ray.policy.base import TOKEN_BUDGET_QUANTILE
+from inframind_ray.policy.base import Policy
+from inframind_ray.pools.recorded import recorded_model
 from inframind_ray.tasks.workload import WorkloadSpec
-from inframind_ray.twin import pool as twin_pool
 
 
 def length_table(pool, quantiles: list[float]) -> None:
@@ -59,6 +62,29 @@ class BudgetStrongest(B.AlwaysStrongest):
     token_budget = True
 
 
+def at_quantile(base: type[Policy], pool: PoolConfig, quantile: float) -> type[Policy]:
+    """``base``, registered as ``NAME@qQUANTILE``, with each model's DeepThink token budget at
+    this quantile of its train-split answer lengths instead of ``A.TOKEN_BUDGET_QUANTILE`` (the
+    model cards are built as ``pools.cards.build_pool_info`` builds them, budget aside)."""
+    recorded = {m.name: recorded_model(m.recorded) for m in pool.models}
+
+    def budgeted(info: PoolInfo) -> PoolInfo:
+        models = []
+        for m in info.models:
+            cap, expected = recorded[m.name].length_budget(quantile)
+            models.append(replace(m, budget_tokens=min(cap, m.max_tokens[Strategy.DEEPTHINK]),
+                                  budget_expected_tokens=expected))
+        return PoolInfo(tuple(models))
+
+    class AtQuantile(base):
+        name = f"{base.name}@q{quantile:g}"
+
+        def __init__(self, info: PoolInfo, seed: int = 0) -> None:
+            super().__init__(budgeted(info), seed)
+
+    return B.register_policy(AtQuantile)
+
+
 def main() -> None:
     """Entry point."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -74,27 +100,28 @@ def main() -> None:
     seeds = [int(s) for s in a.seeds.split(",")]
     length_table(pool, quantiles)
     for cls in (NoBudgetPriced, BudgetStrongest):
-        B.POLICIES[cls.name] = cls
+        B.register_policy(cls)
 
-    runs = [("priced-topology/no-budget", None)]
-    runs += [("priced-topology", qu) for qu in quantiles]
-    runs += [("always-strongest", None), ("always-strongest/budget", TOKEN_BUDGET_QUANTILE)]
+    # (label, registered policy); the shipped budget is at A.TOKEN_BUDGET_QUANTILE
+    runs = [("priced-topology/no-budget", NoBudgetPriced.name)]
+    runs += [(f"priced-topology, budget at q{qu:g}", at_quantile(B.PricedTopology, pool, qu).name)
+             for qu in quantiles]
+    runs += [("always-strongest", "always-strongest"),
+             (f"always-strongest/budget, budget at q{A.TOKEN_BUDGET_QUANTILE:g}",
+              BudgetStrongest.name)]
     rows = []
-    for pol, qu in runs:
-        twin_pool.TOKEN_BUDGET_QUANTILE = qu if qu is not None else TOKEN_BUDGET_QUANTILE
+    for label, pol in runs:
         cells = []
         for r in rates:
             good, slo = [], []
             for seed in seeds:
-                w = WorkloadSpec(r, a.queries, "poisson", "val", (20.0, 90.0), seed)
+                w = WorkloadSpec(r, a.queries, "poisson", "val", A.BUDGET_RANGE_S, seed)
                 s = run_cell(CellSpec(pool, pol, w)).summary
                 good.append(s["goodput"])
                 slo.append(s["slo_attainment"])
             cells.append(f"{np.mean(good):.4f} ({np.mean(slo):.3f})")
-        label = pol if qu is None else f"{pol}, budget at q{qu:g}"
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
         print(rows[-1], flush=True)
-    twin_pool.TOKEN_BUDGET_QUANTILE = TOKEN_BUDGET_QUANTILE
     print(f"\nvalidation goodput (SLO), mean of seeds {a.seeds}, {a.queries} queries per cell")
     print("| policy | " + " | ".join(f"{r:g}/min" for r in rates) + " |")
     print("|---|" + "---:|" * len(rates))

@@ -7,9 +7,9 @@ accuracy's, then runs ``priced-topology`` and a copy of it whose executor uses
 ``category accuracy + shrink x (predicted - category accuracy)`` per item, side by side on the
 same validation items and arrivals.
 
-    .venv/bin/python scripts/item_router_check.py                       # ~25 s
-    .venv/bin/python scripts/item_router_check.py --shrink 0.5
-    .venv/bin/python scripts/item_router_check.py --only llama-3.1-70b
+    .venv/bin/python experiments/item_router_check.py                       # ~25 s
+    .venv/bin/python experiments/item_router_check.py --shrink 0.5
+    .venv/bin/python experiments/item_router_check.py --only llama-3.1-70b
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
+from inframind_ray import assumptions as A
 from inframind_ray import data
 from inframind_ray.bench.runner import CellSpec, run_cell
 from inframind_ray.config import load_pool, resolve_pool_path
-from inframind_ray.core.types import StepContext
+from inframind_ray.core.types import ModelInfo, StepContext
 from inframind_ray.policy import baselines as B
 from inframind_ray.tasks.workload import WorkloadSpec
 
@@ -69,22 +70,22 @@ def main() -> None:
     class ItemPriced(B.PricedTopology):
         name = "item-priced"
 
-        def _accuracy(self, m, ctx: StepContext) -> float:
-            acc = super()._accuracy(m, ctx)
+        def expected_accuracy(self, m: ModelInfo, ctx: StepContext) -> float:
+            acc = super().expected_accuracy(m, ctx)
             if ctx.node.kind is B.NodeKind.SOLVER and ctx.node.slot > 0:
                 return acc  # extra voters: infra-topology's rule, category accuracy
             if a.only is None or m.name == a.only:
                 acc += a.shrink * (preds[m.name][row[ctx.query.item_id]] - acc)
             return acc
 
-    B.POLICIES[ItemPriced.name] = ItemPriced
+    B.register_policy(ItemPriced)
     rates = [float(r) for r in a.rates.split(",")]
     seeds = [int(s) for s in a.seeds.split(",")]
     good: dict[tuple[str, float], list[float]] = {}
     for seed in seeds:
         for r in rates:
             for pol in ("priced-topology", "item-priced"):
-                w = WorkloadSpec(r, a.queries, "poisson", "val", (20.0, 90.0), seed)
+                w = WorkloadSpec(r, a.queries, "poisson", "val", A.BUDGET_RANGE_S, seed)
                 good.setdefault((pol, r), []).append(run_cell(CellSpec(pool, pol, w))
                                                      .summary["goodput"])
     print(f"\nvalidation goodput, seeds {a.seeds} (mean [per seed])")

@@ -8,8 +8,8 @@ out) after idle gaps of 0-2 s, six of each gap in a seeded random order; median 
 alternating the engine-state sampling period of the replay (0.05 s as before 2026-12-01, then
 1 s); median TTFT of the requests that found the engine idle and of those that found it busy.
 
-    .venv/bin/python scripts/ttft_idle_check.py gaps      # ~1.5 min
-    .venv/bin/python scripts/ttft_idle_check.py sampler   # ~2.5 min
+    .venv/bin/python experiments/ttft_idle_check.py gaps      # ~1.5 min
+    .venv/bin/python experiments/ttft_idle_check.py sampler   # ~2.5 min
 """
 
 from __future__ import annotations
@@ -49,19 +49,19 @@ async def gaps(repeats: int = 6) -> None:
 
 async def sampler(n: int = 30) -> None:
     """Idle / busy TTFT medians of one Poisson-60 case, sampling at 0.05 s and at 1 s."""
-    from inframind_ray.fidelity import validate as V
+    from inframind_ray.fidelity.cases import make_cases
     from inframind_ray.fidelity.real import PromptMaker, load_model, open_engine
+    from inframind_ray.fidelity.real_replay import probe_real, replay_real
 
     pool, m = load_model(DEPLOYMENT, "tiny")
     maker = PromptMaker(m, 0)
     print("| pass | sampling period | idle arrivals: n, median TTFT | busy arrivals: n, median "
           "TTFT |\n|---:|---:|---:|---:|")
     async with open_engine(m, pool) as (eng, _):
-        await V.probe_real(eng, maker.make, "warm")
+        await probe_real(eng, maker.make, "warm")
         for k, period in enumerate((0.05, 1.0, 0.05, 1.0)):
-            V.SAMPLE_DT_S = period
-            c = V.make_cases((60.0,), n, seed=1)[0]
-            await V.replay_real(eng, c, maker.make)
+            c = make_cases((60.0,), n, seed=1)[0]
+            await replay_real(eng, c, maker.make, sample_dt_s=period)
             rows = sorted(c.real, key=lambda r: r["i"])
             ttft = np.array([(r["first_token_s"] - r["arrival_s"]) * 1e3 for r in rows])
             busy = np.array([any(o["arrival_s"] < r["arrival_s"] < o["finish_s"]

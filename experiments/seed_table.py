@@ -1,7 +1,7 @@
 """Goodput over several seeds of the same bench: mean, min and max per (policy, rate), and the
 share of runs in which the strongest model took under 90 % of calls (docs/learning.md).
 
-    .venv/bin/python scripts/seed_table.py runs/val-seeds/*/results.json
+    .venv/bin/python experiments/seed_table.py runs/val-seeds/*/results.json
 """
 
 from __future__ import annotations

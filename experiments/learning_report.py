@@ -1,6 +1,6 @@
 """Markdown tables and the issue's target checks for the learned policy, from one bench run.
 
-    .venv/bin/python scripts/learning_report.py docs/bench/learned/results.json
+    .venv/bin/python experiments/learning_report.py docs/bench/learned/results.json
 """
 
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""Commands of the learning plane: ``inframind train``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from inframind_ray.cli.common import console
+from inframind_ray.errors import ConfigError
+
+
+def train(
+    config: Annotated[Path, typer.Option("-c", "--config", help="training YAML "
+                                         "(see rllib_configs/)")],
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/train"),
+    resume: Annotated[bool, typer.Option(help="continue from OUT/rllib")] = False,
+    progress: Annotated[bool, typer.Option(help="show progress")] = True,
+) -> None:
+    """Train the hierarchical constrained policy with RLlib PPO in the twin.
+
+    Writes OUT/metrics.jsonl (one row per iteration: returns, lambda, cost, and every few
+    iterations validation goodput and model/strategy/topology mix per rate),
+    OUT/checkpoints/iter_N, OUT/rllib (for --resume), OUT/policy (best on the validation split)
+    and OUT/summary.json. Use the result with `inframind bench --checkpoint OUT/policy`.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from inframind_ray.learning.train import load_train_config
+    from inframind_ray.learning.train import train as run_training
+
+    cfg = load_train_config(config)
+    if resume and not (out / "rllib" / "done_iterations").exists():
+        raise ConfigError("resume", f"nothing to resume in {out} (no {out}/rllib)")
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, disable=not progress) as bar:
+        task = bar.add_task("PPO iterations", total=cfg.ppo.iterations)
+
+        def show(row: dict) -> None:
+            parts = [f"iter {row['iteration']:3d} {row['phase']:10s}"]
+            if row.get("train_goodput") is not None:
+                parts.append(f"train goodput {row['train_goodput']:.3f}")
+            if row.get("lambda") is not None:
+                parts.append(f"lambda {row['lambda']:.3f}")
+            if row.get("mean_cost") is not None:
+                parts.append(f"cost {row['mean_cost']:.3f}")
+            for e in row.get("eval", []):
+                top = max(e["model_mix"].items(), key=lambda kv: kv[1], default=("-", 0))
+                parts.append(f"val@{e['rate_per_min']:g} {e['goodput']:.3f} "
+                             f"({top[0]} {top[1]:.0%})")
+            bar.console.print("  ".join(parts))
+            bar.update(task, completed=row["iteration"] if row["phase"] == "ppo" else 0)
+
+        summary = run_training(cfg, out, resume=resume, on_row=show, progress=progress)
+    console.print(f"validation goodput (mean over rates): untrained "
+                  f"{summary['untrained_val_goodput']:.3f} -> best "
+                  f"{summary['best_val_goodput']:.3f} (iteration {summary['best_iteration']}); "
+                  f"final lambda {summary['final_lambda']}")
+    if summary["collapse"]:
+        console.print(f"[yellow]collapse guard: {summary['collapse']}[/yellow]")
+    console.print(f"wrote {out}/policy, {out}/metrics.jsonl, {out}/summary.json")

@@ -1,0 +1,212 @@
+"""Commands of the serving plane: serve a pool on Ray Serve, send one query, bounded load, the
+demo, and the serving overhead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from inframind_ray.cli.common import budget_range, console, listed
+from inframind_ray.config import ServingConfig
+from inframind_ray.errors import ConfigError, InframindError
+from inframind_ray.serving.loadgen import DemoSpec, LoadSpec
+
+_SERVING = ServingConfig()
+DEFAULT_URL = f"http://{_SERVING.host}:{_SERVING.port}"
+
+
+def _serving_cfg(config: Path):  # noqa: ANN202
+    from inframind_ray.config import load_pool
+
+    return load_pool(config)
+
+
+def serve(
+    config: Annotated[Path, typer.Option("-c", "--config", help="deployment YAML")] = Path(
+        "deployments/twin_pool.yaml"),
+    address: Annotated[str | None, typer.Option(help="Ray address (default: start local)")] = None,
+) -> None:
+    """Serve a pool on Ray Serve (orchestrator actor + one deployment per model + HTTP API)."""
+    import signal
+    import threading
+
+    from inframind_ray.serving.app import start
+
+    cfg = _serving_cfg(config)
+    with console.status("starting Ray, the orchestrator and the model deployments"):
+        session = start(cfg, address=address)
+    console.print(f"serving {cfg.name} ({len(cfg.models)} models) at {session.url}  "
+                  "(POST /v1/queries, POST /v1/chat/completions, GET /v1/state); Ctrl-C stops")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    with console.status("stopping"):
+        session.stop()
+
+
+def _post(url: str, path: str, body: dict, api_key: str | None) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url.rstrip("/") + path, json.dumps(body).encode(), headers)
+
+    def parse(code: int, raw: bytes) -> tuple[int, dict]:
+        try:
+            return code, json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            text = raw[:200].decode(errors="replace").replace("\n", " ")
+            raise InframindError(f"HTTP {code}: not a JSON reply: {text!r}") from None
+
+    try:
+        with urllib.request.urlopen(req, timeout=body.get("budget_s", 60) + 30) as r:
+            return parse(r.status, r.read())
+    except urllib.error.HTTPError as e:
+        return parse(e.code, e.read())
+    except urllib.error.URLError as e:
+        raise ConfigError("url", f"cannot reach {url}: {e.reason}") from None
+
+
+def query(
+    text: Annotated[str, typer.Argument(help="the query (may be empty with --item-id)")] = "",
+    item_id: Annotated[int | None, typer.Option(help="MMLU-Pro question id (graded)")] = None,
+    budget: Annotated[float, typer.Option(help="latency budget, seconds")] = 60.0,
+    policy: Annotated[str | None, typer.Option(help="policy for this query")] = None,
+    url: Annotated[str, typer.Option(help="API base URL")] = DEFAULT_URL,
+    api_key: Annotated[str | None, typer.Option(envvar="INFRAMIND_API_KEY")] = None,
+) -> None:
+    """Send one query to a running service and show the answer and its per-step trace."""
+    body = {"query": text or None, "item_id": item_id, "budget_s": budget}
+    if policy:
+        body["policy"] = policy
+    status, out = _post(url, "/v1/queries", body, api_key)
+    if status != 200:
+        raise InframindError(f"HTTP {status}: {out.get('error', out)}")
+    console.print(f"[bold]{out['answer'] or '-'}[/bold]  correct={out['correct']}  "
+                  f"latency={out['latency_s']:.2f}s / budget {out['budget_s']:.0f}s  "
+                  f"plan={out['plan']['topology']} k={out['plan']['k']}  policy={out['policy']}")
+    for s in out["steps"]:
+        console.print(f"  node {s['node']} {s['role']:10s} {s['model']:16s} {s['strategy']:9s} "
+                      f"{s['status']:8s} {s['start_s']:7.2f}s -> {s['end_s']:7.2f}s")
+
+
+def load(
+    rate: Annotated[float, typer.Option(help="arrival rate, req/min (Poisson)")] = (
+        LoadSpec.rate_per_min),
+    duration: Annotated[float, typer.Option(help="seconds of arrivals")] = LoadSpec.duration_s,
+    policy: Annotated[str | None, typer.Option(help="policy to request")] = LoadSpec.policy,
+    seed: Annotated[int, typer.Option()] = LoadSpec.seed,
+    url: Annotated[str, typer.Option(help="API base URL (loopback only)")] = DEFAULT_URL,
+    out: Annotated[Path | None, typer.Option(help="write the summary JSON here")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="INFRAMIND_API_KEY")] = None,
+) -> None:
+    """Bounded Poisson load of test-split MMLU-Pro items against the HTTP API (loopback only)."""
+    import asyncio
+    import json
+
+    from inframind_ray.serving.loadgen import run_load
+
+    spec = LoadSpec(rate, duration, seed, policy)
+    with console.status(f"{rate:g} req/min for {duration:g} s"):
+        res = asyncio.run(run_load(url, spec, api_key=api_key))
+    summary = res.summary()
+    console.print(summary)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"summary": summary, "records": res.records}, indent=1,
+                                  default=float))
+
+
+def demo(
+    config: Annotated[Path, typer.Option("-c", "--config", help="deployment YAML")] = Path(
+        "deployments/twin_pool.yaml"),
+    low: Annotated[float, typer.Option(help="low rate, req/min")] = DemoSpec.low_rate,
+    high: Annotated[float, typer.Option(help="high rate, req/min")] = DemoSpec.high_rate,
+    low_duration: Annotated[float, typer.Option(help="seconds of arrivals, low rate")] = (
+        DemoSpec.low_duration_s),
+    high_duration: Annotated[float, typer.Option(help="seconds of arrivals, high rate")] = (
+        DemoSpec.high_duration_s),
+    policies: Annotated[str, typer.Option(help="comma-separated policies to compare")] = listed(
+        DemoSpec.policies),
+    budget: Annotated[str, typer.Option(help="latency budget range MIN,MAX seconds")] = listed(
+        DemoSpec.budget_range_s),
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/demo-serve"),
+) -> None:
+    """Start local Ray, serve the twin pool, load it at a low and a high rate through the HTTP
+    API for each policy, print the comparison, shut down."""
+    import asyncio
+    import json
+
+    from rich.table import Table
+
+    from inframind_ray.serving.app import start
+    from inframind_ray.serving.loadgen import run_load
+
+    lohi = budget_range(budget)
+    cfg = _serving_cfg(config)
+    with console.status("starting Ray, the orchestrator and the model deployments"):
+        session = start(cfg)
+    rows = []
+    try:
+        for rate, duration in ((low, low_duration), (high, high_duration)):
+            for pol in policies.split(","):
+                with console.status(f"{pol}: {rate:g} req/min for {duration:g} s"):
+                    spec = LoadSpec(rate, duration, policy=pol, budget_range_s=lohi)
+                    res = asyncio.run(run_load(session.url, spec))
+                rows.append(res.summary())
+                console.print(f"  done: {pol} @ {rate:g} req/min -> goodput "
+                              f"{rows[-1]['goodput']:.3f}, SLO {rows[-1]['slo_attainment']:.3f}")
+    finally:
+        with console.status("stopping"):
+            session.stop()
+    t = Table(title=f"demo: {cfg.name} on Ray Serve (wall clock, HTTP API, budgets "
+                    f"{lohi[0]:g}-{lohi[1]:g} s)")
+    for c in ("policy", "rate/min", "sent", "200", "429/503", "goodput", "SLO", "accuracy",
+              "p50 s", "p95 s", "calls/q"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(r["policy"], f"{r['rate_per_min']:g}", str(r["sent"]), str(r["http_200"]),
+                  f"{r['http_429']}/{r['http_503']}", f"{r['goodput']:.3f}",
+                  f"{r['slo_attainment']:.3f}", f"{r['accuracy']:.3f}",
+                  f"{r['latency_p50_s']:.2f}", f"{r['latency_p95_s']:.2f}",
+                  f"{r['calls_per_query']:.2f}")
+    console.print(t)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "demo.json").write_text(json.dumps(rows, indent=2))
+    console.print(f"wrote {out}/demo.json")
+
+
+def overhead(
+    config: Annotated[Path, typer.Option("-c", "--config", help="zero-latency pool YAML")] = Path(
+        "deployments/echo_pool.yaml"),
+    n: Annotated[int, typer.Option(help="measured pairs (after 20 warm-up)")] = 300,
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/overhead"),
+) -> None:
+    """Side by side: a bare deployment-handle hop vs an orchestrated agent step (zero-latency
+    engine); writes OUT/overhead.json."""
+    import json
+
+    import ray
+
+    from inframind_ray.serving.app import start
+
+    cfg = _serving_cfg(config)
+    if n < 10:
+        raise ConfigError("n", "must be >= 10")
+    with console.status("starting the echo pool"):
+        session = start(cfg)
+    try:
+        with console.status(f"measuring {n} hop/step pairs"):
+            res = ray.get(session.orchestrator.measure_overhead.remote(n, cfg.models[0].name))
+    finally:
+        session.stop()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "overhead.json").write_text(json.dumps(res, indent=2))
+    console.print(res)
+    console.print(f"wrote {out}/overhead.json")

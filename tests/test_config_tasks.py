@@ -1,0 +1,89 @@
+"""One source for configuration (deployment files extend a shipped pool, one YAML loader, defaults
+from the constants) and the MMLU-Pro task family (item facts, grading)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inframind_ray import assumptions as A
+from inframind_ray.config import ServingConfig, load_pool
+from inframind_ray.core import constants as C
+from inframind_ray.core.strategy import Strategy
+from inframind_ray.errors import ConfigError
+from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.tasks.mmlu_pro import mmlu_pro
+from inframind_ray.tasks.workload import WorkloadSpec, make_queries
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_twin_deployment_is_the_default_pool_plus_serving():
+    """deployments/twin_pool.yaml names the shipped pool and adds only its Serve side."""
+    dep, pool = load_pool(ROOT / "deployments" / "twin_pool.yaml"), load_pool("default")
+    assert dep.models == pool.models and dep.engine == pool.engine
+    assert dep.serving.records_dir == "runs/records"
+    gpu = load_pool(ROOT / "deployments" / "vllm_gpu_pool.yaml")
+    assert [m.name for m in gpu.models] == [m.name for m in pool.models]
+    assert all(m.engine.kind == "vllm" for m in gpu.models)
+    assert gpu.models[-1].max_num_seqs == 16 and pool.models[-1].max_num_seqs == 6
+    assert gpu.models[0].gpu == pool.models[0].gpu
+    small = load_pool(ROOT / "deployments" / "vllm_cpu_small.yaml")
+    tiny = load_pool(ROOT / "deployments" / "vllm_cpu_pool.yaml")
+    assert small.models[0].engine.model.endswith("small-llama")
+    kv = [d.models[0].engine.kv_cache_memory_bytes for d in (small, tiny)]
+    assert kv[0] == kv[1]
+
+
+@pytest.mark.parametrize("text,field", [
+    ("pool: default\nmodels:\n  gpt-9: {max_num_seqs: 4}\n", "pool.models.gpt-9"),
+    ("pool: default\nmodels:\n  - name: x\n", "pool.models"),
+    ("pool: default\nserving: {port: 0}\n", "pool.serving.port"),
+    ("pool: default\ncolour: red\n", "pool.colour"),
+    ("pool: no-such-pool\n", "pool"),
+    ("pool: self.yaml\n", "pool.pool"),
+])
+def test_bad_extension_names_the_field(text, field, tmp_path):
+    """An override of a model the pool lacks, a bad Serve section, an unknown pool or a file
+    that extends itself: ConfigError naming the field."""
+    p = tmp_path / "self.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_pool(p)
+    assert e.value.field == field
+
+
+def test_defaults_read_the_one_source():
+    """Serving and workload defaults are the constants' and assumptions' values."""
+    s = ServingConfig()
+    assert (s.metrics_period_s, s.stale_after_s, s.unavailable_after_s) == (
+        C.METRICS_PERIOD_S, C.STALE_AFTER_S, C.UNAVAILABLE_AFTER_S)
+    assert WorkloadSpec(10, 5).budget_range_s == A.BUDGET_RANGE_S
+
+
+def test_mmlu_pro_item_facts_and_grading():
+    """Item facts come from one place: the query text carries lettered options, the grader
+    extracts the answer from a full response, an unknown id is a clear KeyError."""
+    task = mmlu_pro()
+    q = make_queries(WorkloadSpec(10, 3, seed=5))[0]
+    i = task.index(q.item_id)
+    assert q.category == task.category(q.item_id) and "\n(A) " in q.text
+    assert q.prompt_tokens == task.prompt_tokens[i] and q.fewshot_tokens == task.fewshot_tokens[i]
+    right = str(task.answers[i])
+    wrong = next(x for x in "ABCDEFGHIJ" if x != right)
+    assert task.grade(q.item_id, f"Some reasoning. The answer is ({right}).")
+    assert task.grade(q.item_id, right) and not task.grade(q.item_id, wrong)
+    assert not task.grade(q.item_id, None) and not task.grade(q.item_id, "no idea")
+    with pytest.raises(KeyError, match="unknown MMLU-Pro question id -1"):
+        task.index(-1)
+
+
+def test_model_cards_without_the_simulator():
+    """Cards come from the recorded data alone: DeepThink budget within its cap, Flash cheaper
+    than DeepThink, train accuracy of the 70B above the 3.8B's."""
+    info = build_pool_info(load_pool("default"))
+    big, small = info["llama-3.1-70b"], info["phi-3-mini"]
+    assert big.budget_tokens <= big.max_tokens[Strategy.DEEPTHINK]
+    assert big.expected_tokens[Strategy.FLASH] < big.expected_tokens[Strategy.DEEPTHINK]
+    assert big.accuracy > small.accuracy

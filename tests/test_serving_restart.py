@@ -1,0 +1,100 @@
+"""A model replica killed while queries run, on a real local Ray cluster and Serve: once Serve's
+replacement reports, the load view shows the model fresh and available with its true replica
+count, and the shipped learned policy routes to it again (the dead replica's numbers are gone)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import urllib.request
+
+import pytest
+import ray
+
+from inframind_ray.config import load_pool
+
+BIG = "llama-3.1-70b"
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    from inframind_ray.serving.app import start
+
+    cfg = load_pool("default")
+    models = [m.model_copy(update={"replicas": 2}) if m.name == BIG else m for m in cfg.models]
+    cfg = cfg.model_copy(update={"models": models, "serving": cfg.serving.model_copy(update={
+        "records_dir": str(tmp_path_factory.mktemp("records")), "port": 8765,
+        "embed": False})})
+    s = start(cfg)
+    yield s
+    s.stop()
+
+
+def _post(session, body: dict) -> dict:
+    req = urllib.request.Request(session.url + "/v1/queries", data=json.dumps(body).encode(),
+                                 method="POST", headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def _big(session) -> dict:
+    return ray.get(session.orchestrator.state.remote())["models"][BIG]
+
+
+def _replica_actors(model: str) -> list[str]:
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                  if "SERVE_REPLICA" in a["name"] and f"model:{model}" in a["name"])
+
+
+def _routes_to_big(session, n: int, item0: int) -> int:
+    outs = [_post(session, {"item_id": item0 + i, "budget_s": 60}) for i in range(n)]
+    assert all(o["policy"] == "inframind" for o in outs)
+    return sum(s["model"] == BIG for o in outs for s in o["steps"])
+
+
+def test_killed_replica_is_dropped_and_its_replacement_seen(session):
+    st = ray.get(session.orchestrator.state.remote())
+    assert st["policy_status"] == "ok" and st["default_policy"] == "inframind"
+    assert _big(session)["replicas"] == 2
+    assert _routes_to_big(session, 4, 70) > 0  # an idle 70B: the learned policy uses it
+    names = _replica_actors(BIG)
+    assert len(names) == 2, names
+    stop = threading.Event()
+
+    def load() -> None:  # queries keep running while the replica dies
+        i = 0
+        while not stop.is_set():
+            with contextlib.suppress(OSError):  # a call on the dying replica may fail
+                _post(session, {"item_id": 100 + i % 50, "budget_s": 30})
+            i += 1
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    try:
+        ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
+        end = time.time() + 180
+        while time.time() < end:  # Serve starts a replacement under a new replica id
+            now = _replica_actors(BIG)
+            if len(now) == 2 and names[0] not in now:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"no replacement replica: {_replica_actors(BIG)}")
+        end = time.time() + 60
+        while time.time() < end:
+            big = _big(session)
+            if big["replicas"] == 2 and not big["stale"] and len(big["replica_nodes"]) >= 1:
+                break
+            time.sleep(0.25)
+    finally:
+        stop.set()
+        t.join(timeout=120)
+    big = _big(session)
+    assert big["available"] and not big["stale"] and big["replicas"] == 2, big
+    assert big["age_s"] < 1.0, big
+    time.sleep(3.0)  # the dead replica stays gone: no ghost comes back as the age grows
+    big = _big(session)
+    assert big["replicas"] == 2 and big["age_s"] < 1.0 and big["available"], big
+    assert _routes_to_big(session, 4, 80) > 0
