@@ -203,6 +203,9 @@ def summarize(r: CellResult) -> dict:
         "latency_p99_s": round(float(np.percentile(lat_all, 99)), 3),
         "model_mix": _mix([c["model"] for c in calls]),
         "strategy_mix": _mix([c["strategy"] for c in calls]),
+        # how agent calls ended: ok, deadline (passed in a queue or the runner, or shed),
+        # overloaded (a replica queue was full), rejected (does not fit the KV cache), error
+        "call_status_mix": _mix([c["status"] for c in calls]),
         "topology_mix": _mix([q["topology"] for q in qs]),
         "calls_per_query": round(len(calls) / n, 3),
         "timed_out": sum(q["status"] == "timed_out" for q in qs),

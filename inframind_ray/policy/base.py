@@ -12,20 +12,9 @@ from abc import ABC, abstractmethod
 from dataclasses import replace
 from typing import ClassVar
 
-from inframind_ray import assumptions as A
+from inframind_ray.core import types as T
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import Plan
-from inframind_ray.core.types import (
-    ModelInfo,
-    PoolInfo,
-    QueryInfo,
-    StepContext,
-    StepDecision,
-    SystemState,
-)
-
-# the DeepThink token-budget quantile of model cards (its reason is in assumptions.py)
-TOKEN_BUDGET_QUANTILE = A.TOKEN_BUDGET_QUANTILE
 
 
 class Policy(ABC):
@@ -34,26 +23,26 @@ class Policy(ABC):
     name: ClassVar[str] = "policy"
     token_budget: bool = False  # cap DeepThink calls at ModelInfo.budget_tokens
 
-    def __init__(self, pool: PoolInfo, seed: int = 0) -> None:
+    def __init__(self, pool: T.PoolInfo, seed: int = 0) -> None:
         self.pool = pool
         self.seed = seed
 
-    def call_tokens(self, info: ModelInfo, strategy: Strategy) -> float:
+    def call_tokens(self, info: T.ModelInfo, strategy: Strategy) -> float:
         """Expected output tokens of a call this policy makes."""
         return info.call_tokens(strategy, self.token_budget)
 
-    def plan(self, query: QueryInfo, state: SystemState) -> Plan:
+    def plan(self, query: T.QueryInfo, state: T.SystemState) -> Plan:
         """Choose topology, K and roles once per query. Do not override."""
         plan = self._plan(query, state)
         if not isinstance(plan, Plan):
             raise TypeError(f"{self.name}: _plan returned {type(plan).__name__}, not Plan")
         return plan
 
-    def decide(self, ctx: StepContext) -> StepDecision:
+    def decide(self, ctx: T.StepContext) -> T.StepDecision:
         """Choose model and strategy for one agent call. Do not override."""
         d = self._decide(ctx)
-        if not isinstance(d, StepDecision):
-            raise TypeError(f"{self.name}: _decide returned {type(d).__name__}, not StepDecision")
+        if not isinstance(d, T.StepDecision):
+            raise TypeError(f"{self.name}: _decide returned {type(d).__name__}, not T.StepDecision")
         if d.model not in self.pool.names:
             raise ValueError(f"{self.name}: chose unknown model {d.model!r}")
         if d.strategy not in ctx.allowed:
@@ -69,7 +58,7 @@ class Policy(ABC):
         return d
 
     @abstractmethod
-    def _plan(self, query: QueryInfo, state: SystemState) -> Plan: ...
+    def _plan(self, query: T.QueryInfo, state: T.SystemState) -> Plan: ...
 
     @abstractmethod
-    def _decide(self, ctx: StepContext) -> StepDecision: ...
+    def _decide(self, ctx: T.StepContext) -> T.StepDecision: ...
