@@ -14,6 +14,7 @@ from inframind_ray.config import PoolConfig
 from inframind_ray.serving.api import make_ingress
 from inframind_ray.serving.orchestrator import APP_NAME, Orchestrator
 from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR, ModelReplica, deployment_name
+from inframind_ray.serving.router import router_config
 
 
 @dataclass
@@ -63,7 +64,8 @@ def start(cfg: PoolConfig, *, address: str | None = None, wait_s: float = 300.0)
     models = [
         ModelReplica.options(name=deployment_name(m.name), num_replicas=m.replicas,
                              ray_actor_options=m.ray_actor_options,
-                             max_ongoing_requests=m.max_num_seqs + m.max_queue + 64)
+                             max_ongoing_requests=m.max_num_seqs + m.max_queue + 64,
+                             request_router_config=router_config(s.metrics_period_s))
         .bind(m.model_dump(), cfg.model_dump())
         for m in cfg.models
     ]

@@ -19,6 +19,7 @@ from inframind_ray.core.types import LoadSnapshot
 from inframind_ray.replica.admission import DeadlineQueue
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.engines.factory import make_engine
+from inframind_ray.serving.router import routing_stats
 
 NAMESPACE = "inframind"
 ORCHESTRATOR = "inframind-orchestrator"
@@ -76,6 +77,11 @@ class ModelReplica:
         """This replica's load right now: its queue over its engine (epoch timestamp)."""
         return self.queue.snapshot_over(self.engine.stats(), model=self.model.name,
                                         replica_id=self.replica_id, node_id=self.node_id)
+
+    def record_routing_stats(self) -> dict[str, float]:
+        """This replica's load for the model's request router (``serving.router``); Serve asks
+        every ``metrics_period_s``."""
+        return routing_stats(self.snapshot())
 
     def set_push_enabled(self, enabled: bool) -> bool:
         """Stop or resume metric pushes (operators and staleness tests)."""

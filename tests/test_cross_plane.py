@@ -1,0 +1,232 @@
+"""One system on two clocks: the same pool, policy and queries give the same per-node decisions
+and the same admission outcomes (admitted / deadline-shed / overloaded) in the twin (virtual
+clock) and on a real local Ray cluster with Serve (wall clock); and inside Serve a model's
+replicas are chosen by the twin's own rule, the shortest queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import ray
+
+from inframind_ray.config import PoolConfig, load_pool
+from inframind_ray.orchestration.runner import run_query
+from inframind_ray.policy.baselines import make_policy
+from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.tasks.mmlu_pro import mmlu_pro
+from inframind_ray.twin.backend import TwinBackend
+from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.twin.pool import TwinLoadView, build_engines
+from inframind_ray.twin.simloop import run_simulated
+
+# "big" has one sequence slot, three queue places and a slow engine (x2.5): about 3.8 s per
+# query, so the admission outcomes below are far from any timing edge on the wall clock.
+# "small" (three 1-slot replicas) is for the replica-choice test.
+POOL = """
+name: cross-plane
+engine: {scheduling: edf, on_deadline: abort}
+models:
+  - name: big
+    recorded: Meta-Llama-3_1-70B-Instruct
+    profile: llama3-70b@h100x4
+    gpu: H200-141GB
+    gpus_per_replica: 2
+    max_num_seqs: 1
+    max_queue: 3
+    engine: {kind: twin, time_scale: 2.5}
+  - name: small
+    recorded: Phi-3-mini-4k-instruct
+    profile: llama2-7b@h100x1
+    max_num_seqs: 1
+    max_queue: 16
+    replicas: 3
+    engine: {kind: twin, time_scale: 12}
+serving:
+  port: 8766
+  metrics_period_s: 0.25
+  stale_after_s: 1.0
+  embed: false
+"""
+POLICY = "always-strongest"  # one agent on "big", DeepThink: every query meets one queue
+# (arrival offset s, budget s, MMLU-Pro item): q0 runs, q1-q3 wait, q4 finds the queue full;
+# q2 and q3 are shed when their deadlines pass in the queue (1.4 s, 2.1 s); q5 then finds room.
+SCHEDULE = [(0.0, 600, 80), (0.2, 600, 81), (0.4, 1, 82), (0.6, 1.5, 83), (0.8, 1.5, 84),
+            (2.5, 600, 85)]
+EXPECTED = [[("big", "deepthink", s)] for s in
+            ("ok", "ok", "deadline", "deadline", "overloaded", "ok")]
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory) -> PoolConfig:
+    path = tmp_path_factory.mktemp("pool") / "cross_plane.yaml"
+    path.write_text(POOL)
+    cfg = load_pool(path)
+    return cfg.model_copy(update={"serving": cfg.serving.model_copy(update={
+        "records_dir": str(tmp_path_factory.mktemp("records"))})})
+
+
+@pytest.fixture(scope="module")
+def session(cfg):
+    from inframind_ray.serving.app import start
+
+    s = start(cfg)
+    yield s
+    s.stop()
+
+
+def _twin_steps(cfg: PoolConfig) -> list[list[tuple[str, str, str]]]:
+    """The schedule in the twin, wired as ``bench.runner`` wires a cell."""
+    info, task = build_pool_info(cfg), mmlu_pro()
+    policy = make_policy(POLICY, info, 0)
+    outcome = OutcomeModel({m.name: m.recorded for m in cfg.models})
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        engines = build_engines(cfg)
+        backend, state = TwinBackend(engines, outcome), TwinLoadView(engines)
+        tasks = []
+        for i, (at, budget, item) in enumerate(SCHEDULE):
+            await asyncio.sleep(max(0.0, at - loop.time()))
+            q = task.query(item, f"x{i}", budget, loop.time())
+            tasks.append(loop.create_task(run_query(
+                q, policy, backend, state, abort_on_deadline=cfg.engine.on_deadline == "abort")))
+        return await asyncio.gather(*tasks)
+
+    results, _ = run_simulated(main())
+    return [[(s.model, s.strategy.value, s.status.api) for s in r.steps] for r in results]
+
+
+def _post(session, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(session.url + "/v1/queries", data=json.dumps(body).encode(),
+                                 method="POST", headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _wait_idle(session, timeout: float = 30.0) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        st = ray.get(session.orchestrator.state.remote())
+        if st["inflight_queries"] == 0 and all(
+                m["waiting"] == 0 and m["running"] == 0 for m in st["models"].values()):
+            return
+        time.sleep(0.2)
+    pytest.fail(f"serving plane not idle after {timeout} s")
+
+
+def _serve_steps(session) -> list[list[tuple[str, str, str]]]:
+    """The schedule over HTTP, each query sent at its offset on the wall clock."""
+    t0 = time.time() + 0.5
+
+    def one(i: int) -> tuple[int, dict]:
+        at, budget, item = SCHEDULE[i]
+        time.sleep(max(0.0, t0 + at - time.time()))
+        return _post(session, {"item_id": item, "budget_s": budget, "policy": POLICY,
+                               "query_id": f"x{i}"})
+
+    with ThreadPoolExecutor(len(SCHEDULE)) as ex:
+        outs = list(ex.map(one, range(len(SCHEDULE))))
+    assert [c for c, _ in outs] == [503 if s[0][2] == "overloaded" else 200
+                                    for s in EXPECTED], outs
+    calls = _recorded_calls(session)
+    return [[(s["model"], s["strategy"], s["status"]) for s in out["steps"]] if code == 200
+            else calls[f"x{i}"] for i, (code, out) in enumerate(outs)]
+
+
+def _recorded_calls(session) -> dict[str, list[tuple[str, str, str]]]:
+    """Per query, its agent calls as the orchestrator recorded them (a 503 body has no steps)."""
+    import pyarrow.parquet as pq
+
+    ray.get(session.orchestrator.flush_records.remote())
+    paths = sorted(Path(session.cfg.serving.records_dir).glob("calls*"))
+    out: dict[str, list[tuple[str, str, str]]] = {}
+    for row in sorted(pq.read_table(paths).to_pylist(), key=lambda r: r["node_id"]):
+        out.setdefault(row["query_id"], []).append((row["model"], row["strategy"],
+                                                    row["status"]))
+    return out
+
+
+def test_same_decisions_and_admission_outcomes_in_twin_and_serve(cfg, session):
+    """Per query and node, (model, strategy, status) are equal across the planes and equal to
+    the outcome the schedule is built for: admitted twice, shed at the deadline twice, one
+    overloaded, and one admitted once the shed requests have left the queue."""
+    twin = _twin_steps(cfg)
+    assert twin == EXPECTED
+    # warm the orchestrator's handles and the replica's path with a query shed at its deadline
+    warm = _post(session, {"item_id": 79, "budget_s": 0.3, "policy": POLICY,
+                           "query_id": "warm"})
+    assert warm[1]["status"] == "deadline", warm
+    _wait_idle(session)
+    assert _serve_steps(session) == twin
+
+
+def test_serve_routes_to_the_shortest_queue(session):
+    """Three 1-slot replicas, two kept busy: every new request goes to the idle one (Serve's
+    default power-of-two router would pick a busy pair about a third of the time)."""
+    from ray import serve
+
+    from inframind_ray.serving.engines.base import GenerateRequest
+
+    _wait_idle(session)
+    h = serve.get_deployment_handle("model:small", "inframind")
+
+    async def main():
+        blockers = []
+        for i in range(2):
+            blockers.append(h.generate.remote(GenerateRequest(
+                f"block{i}", "p", 4096, time.time() + 60, prompt_tokens_hint=50)))
+            await asyncio.sleep(0.3)
+        probes = []
+        for i in range(8):
+            probes.append(await h.generate.remote(GenerateRequest(
+                f"probe{i}", "p", 2, time.time() + 30, strategy="flash", prompt_tokens_hint=10)))
+            # the router learns that a request ended from a done-callback on its own loop, a
+            # moment after the caller has the answer: back-to-back probes would race it
+            await asyncio.sleep(0.05)
+        return probes, [await b for b in blockers]
+
+    probes, blockers = asyncio.run(main())
+    assert all(b.status.api == "ok" for b in blockers + probes)
+    waits = [round(p.queue_wait_s, 3) for p in probes]
+    assert max(waits) < 0.2, waits  # never queued behind a blocker
+    assert min(b.latency_s for b in blockers) > 3.0  # the blockers outlived the probes
+
+
+def test_router_counts_its_sends_since_each_replica_report():
+    """No cluster: a replica's load is its last report, plus this router's sends after that
+    report still in flight, less its requests in the report that have ended since; the
+    shortest queue ranks first, the others next."""
+    from types import SimpleNamespace
+
+    from ray.serve._private.common import DeploymentID, ReplicaID
+
+    from inframind_ray.serving.router import ShortestQueueRouter
+
+    router = object.__new__(ShortestQueueRouter)  # Serve builds it; only our state is needed
+    router.initialize_state()
+    dep = DeploymentID("model:m", "inframind")
+    reps = [SimpleNamespace(replica_id=ReplicaID(u, dep), routing_stats=s) for u, s in (
+        ("a", {"waiting": 2, "running": 1, "timestamp": 100.0}),
+        ("b", {"waiting": 1, "running": 1, "timestamp": 100.0}),
+        ("c", {}))]  # c has not reported yet
+    inf = float("inf")
+    router._sent = {reps[0].replica_id: [[98.0, 99.0], [99.0, 100.5]],  # ended before / after
+                    reps[1].replica_id: [[99.0, inf], [101.0, inf]],  # in the report / not
+                    reps[2].replica_id: [[1.0, inf], [102.0, inf]]}
+    loads = [router.snapshot(r) for r in reps]
+    assert [(s.waiting, s.running) for s in loads] == [(1, 1), (2, 1), (2, 0)]
+    ranks = asyncio.run(router.choose_replicas(reps))
+    assert ranks == [[reps[0]], [reps[1], reps[2]]]  # a and c tie: the first
+    router.on_request_completed(reps[2].replica_id, "x")  # c's oldest send ends now
+    assert router.snapshot(reps[2]).waiting == 1
+    assert asyncio.run(router.choose_replicas(reps))[0] == [reps[2]]
