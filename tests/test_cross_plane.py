@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from served import wait_idle
 
 from inframind_ray.config import PoolConfig, load_pool
 from inframind_ray.orchestration.runner import run_query
@@ -113,15 +114,6 @@ def _post(session, body: dict) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
-def _wait_idle(session, timeout: float = 30.0) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        st = ray.get(session.orchestrator.state.remote())
-        if st["inflight_queries"] == 0 and all(
-                m["waiting"] == 0 and m["running"] == 0 for m in st["models"].values()):
-            return
-        time.sleep(0.2)
-    pytest.fail(f"serving plane not idle after {timeout} s")
 
 
 def _serve_steps(session) -> list[list[tuple[str, str, str]]]:
@@ -166,7 +158,7 @@ def test_same_decisions_and_admission_outcomes_in_twin_and_serve(cfg, session):
     warm = _post(session, {"item_id": 79, "budget_s": 0.3, "policy": POLICY,
                            "query_id": "warm"})
     assert warm[1]["status"] == "deadline", warm
-    _wait_idle(session)
+    wait_idle(session, 30.0, strict=True)
     assert _serve_steps(session) == twin
 
 
@@ -177,7 +169,7 @@ def test_serve_routes_to_the_shortest_queue(session):
 
     from inframind_ray.serving.engines.base import GenerateRequest
 
-    _wait_idle(session)
+    wait_idle(session, 30.0, strict=True)
     h = serve.get_deployment_handle("model:small", "inframind")
 
     async def main():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import ray
 from ray import serve
+from served import wait_idle
 
 from inframind_ray.config import load_pool
 from inframind_ray.core.types import SystemState
@@ -74,19 +75,11 @@ def handle(model: str):
     return serve.get_deployment_handle(f"model:{model}", "inframind")
 
 
-def _wait_idle(session, timeout: float = 60.0) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        st = ray.get(session.orchestrator.state.remote())
-        if st["inflight_queries"] == 0 and all(
-                m["waiting"] == 0 and m["running"] == 0 for m in st["models"].values()):
-            return
-        time.sleep(0.2)
 
 
 def test_edf_order_inside_a_replica(session):
     """One slot, concurrent requests with shuffled deadlines: they finish in deadline order."""
-    _wait_idle(session)
+    wait_idle(session)
     h = handle("big")
 
     async def main():
@@ -111,7 +104,7 @@ def test_edf_order_inside_a_replica(session):
 
 def test_infeasible_deadline_and_queue_full_answers(session):
     """A deadline that cannot be met is answered at once; a full replica queue says overloaded."""
-    _wait_idle(session)
+    wait_idle(session)
     h = handle("big")
     t = time.time()
     res = h.generate.remote(GenerateRequest("late", "p", 8, time.time() - 1)).result()
@@ -146,7 +139,7 @@ def test_metrics_reach_orchestrator_and_go_stale(session):
 
 def test_http_query_returns_graded_answer(session):
     """POST /v1/queries with an MMLU-Pro item: a graded answer, the plan and the trace."""
-    _wait_idle(session)
+    wait_idle(session)
     code, out, _ = http(session, "POST", "/v1/queries", {"item_id": 70, "budget_s": 60})
     assert code == 200, out
     assert out["policy"] == "inframind"  # the learned checkpoint, served by default
@@ -167,7 +160,7 @@ def test_http_query_returns_graded_answer(session):
 
 def test_same_plan_in_twin_and_serve(session):
     """One workflow code: the same policy on the same items plans and routes identically."""
-    _wait_idle(session)
+    wait_idle(session)
     cfg = load_pool(POOL)
     outcome = OutcomeModel({m.name: m.recorded for m in cfg.models})
     info = build_pool_info(cfg)
@@ -220,7 +213,7 @@ def test_bad_input_gets_4xx_one_line(session, raw, code, word):
 def test_overload_gets_429_or_503_with_retry_after(session):
     """Past max_inflight_queries: 429; a full replica queue: 503; both with Retry-After. Then
     the service serves again."""
-    _wait_idle(session)
+    wait_idle(session)
 
     def one(i):
         return http(session, "POST", "/v1/queries", {
@@ -233,7 +226,7 @@ def test_overload_gets_429_or_503_with_retry_after(session):
     for c, out, headers in results:
         if c in (429, 503):
             assert headers.get("Retry-After") == "1" and out["error"]
-    _wait_idle(session)
+    wait_idle(session)
     assert http(session, "POST", "/v1/queries", {"item_id": 71, "budget_s": 60})[0] == 200
 
 
@@ -251,7 +244,7 @@ def test_records_written_as_parquet(session):
 
 def test_opentelemetry_spans_per_query_and_call(session):
     """Each query is a span; its agent calls are child spans in the same trace."""
-    _wait_idle(session)
+    wait_idle(session)
     code, out, _ = http(session, "POST", "/v1/queries", {"item_id": 72, "budget_s": 60,
                                                           "policy": "random",
                                                           "query_id": "trace-me"})
