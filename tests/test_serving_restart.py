@@ -57,6 +57,10 @@ def _routes_to_big(session, n: int, item0: int) -> int:
 def test_killed_replica_is_dropped_and_its_replacement_seen(session):
     st = ray.get(session.orchestrator.state.remote())
     assert st["policy_status"] == "ok" and st["default_policy"] == "inframind"
+    # start() waits for one report per model; the second replica's first push may come later
+    end = time.time() + 10.0
+    while _big(session)["replicas"] < 2 and time.time() < end:
+        time.sleep(0.1)
     assert _big(session)["replicas"] == 2
     assert _routes_to_big(session, 4, 70) > 0  # an idle 70B: the learned policy uses it
     names = _replica_actors(BIG)
