@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from fakes import DEADLINE, OK, OVERLOADED, Clock
 
 from inframind_ray.core.profile import IterationProfile
-from inframind_ray.core.request import EngineRequest, RequestStatus
+from inframind_ray.core.request import EngineRequest
 from inframind_ray.core.types import LoadSnapshot
 from inframind_ray.replica.choice import shortest_queue
 from inframind_ray.replica.load_view import LoadView
@@ -17,17 +18,8 @@ from inframind_ray.twin.pool import ModelReplicas, TwinReplica
 from inframind_ray.twin.simloop import run_simulated
 
 PROFILE = IterationProfile(c0=0.01, c_prefill=0.0, c_decode=0.001, c_kv=0.0)
-OK, DEADLINE, OVERLOADED = RequestStatus.FINISHED, RequestStatus.DEADLINE, RequestStatus.OVERLOADED
 
 
-class Clock:
-    """A settable clock."""
-
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
 
 
 def _replica(name: str = "m/0", max_queue: int = 1) -> TwinReplica:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fakes import DEADLINE, OK, OVERLOADED, Clock
 
 from inframind_ray.core.clock import WALL_CLOCK
 from inframind_ray.core.request import RequestStatus
@@ -15,18 +16,6 @@ from inframind_ray.replica.admission import DeadlineQueue
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.replica import admit
-
-OK, DEADLINE, OVERLOADED = RequestStatus.FINISHED, RequestStatus.DEADLINE, RequestStatus.OVERLOADED
-
-
-class Clock:
-    """A settable clock."""
-
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
 
 
 def _queue(capacity: int, max_queue: int) -> DeadlineQueue:
@@ -137,7 +126,7 @@ def test_statuses_map_to_their_api_strings_and_back():
 
 def test_metrics_staleness():
     """Fresh snapshots aggregate; old ones are visible as old; silent models go unavailable."""
-    clock = Clock()
+    clock = Clock(1000.0)
     view = LoadView(["m"], clock=clock, stale_after_s=1.0, unavailable_after_s=5.0,
                     evict_after_s=100.0)
     assert not view.load("m").available
