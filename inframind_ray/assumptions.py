@@ -46,6 +46,81 @@ MAX_TOKENS_QUANTILE = 0.999
 Flash and Concise caps are the upper bounds above. An answer longer than its cap is truncated and
 counts as no answer."""
 
+# --- the other task families (GSM8K, MATH level 5, HumanEval, MBPP) ----------------------------
+# Their recorded data: ZeroEval's zero-shot greedy reasoning-then-answer outputs on GSM8K and MATH
+# level 5 (correct or not by ZeroEval's own scorer, and the length in words), and EvalPlus's
+# per-task pass@1 of HumanEval+/MBPP+ tasks estimated from 100 samples at temperature 1.0 (and
+# the mean length of the correct samples in characters). A DeepThink answer IS the recorded one.
+
+STRATEGY_RETENTION_BY_TASK = {
+    "mmlu_pro": STRATEGY_RETENTION,
+    "gsm8k": {Strategy.FLASH: 0.40, Strategy.CONCISE: 0.85, Strategy.DEEPTHINK: 1.0},
+    "math": {Strategy.FLASH: 0.30, Strategy.CONCISE: 0.75, Strategy.DEEPTHINK: 1.0},
+    "humaneval": {Strategy.FLASH: 0.95, Strategy.CONCISE: 0.98, Strategy.DEEPTHINK: 1.0},
+    "mbpp": {Strategy.FLASH: 0.95, Strategy.CONCISE: 0.98, Strategy.DEEPTHINK: 1.0},
+}
+"""Per task family: probability that a recorded-correct answer stays correct under a strategy.
+Chain of thought pays most on math: Sprague et al. (2024, "To CoT or not to CoT?") find nearly
+all of its gain on math and symbolic reasoning and little elsewhere, and direct answers to GSM8K
+lose well over half the accuracy of step-by-step ones (Wei et al., 2022: PaLM-540B 17.9 % direct
+vs 56.9 % CoT; instruction-tuned models lose less), so Flash keeps 40 % on GSM8K and 30 % on the
+harder MATH level-5 problems, Concise (a short derivation) 85 % and 75 %. Code is written either
+way: a Flash answer is the program without explanation and keeps 95 %, Concise 98 %."""
+
+STRATEGY_LENGTH_BY_TASK = {
+    "mmlu_pro": STRATEGY_LENGTH,
+    "gsm8k": STRATEGY_LENGTH,
+    "math": STRATEGY_LENGTH,
+    "humaneval": {Strategy.FLASH: (0.60, 24, 512), Strategy.CONCISE: (0.80, 32, 640),
+                  Strategy.DEEPTHINK: (1.0, 8, 100_000)},
+    "mbpp": {Strategy.FLASH: (0.60, 24, 512), Strategy.CONCISE: (0.80, 32, 640),
+             Strategy.DEEPTHINK: (1.0, 8, 100_000)},
+}
+"""(fraction of the recorded length, min, max) output tokens per family. On GSM8K and MATH a
+Flash answer is the final number and Concise a short derivation, as on MMLU-Pro. A code answer
+always holds the program: Flash is the program alone (60 % of a DeepThink answer, which adds the
+reasoning before it), Concise the program and a few lines."""
+
+CODE_CHARS_PER_TOKEN = 3.2
+"""Characters per token of Python source for Llama/Mistral/Qwen BPE tokenisers (indentation and
+symbols tokenise worse than prose at ~4 characters per token)."""
+
+CODE_REASONING_TOKENS = 120
+"""A DeepThink code answer explains its plan before the program: this many tokens on top of the
+program's own (recorded mean length of the model's correct samples, or of every model's on the
+task where the model has none)."""
+
+CODE_SAMPLES_INDEPENDENT = True
+"""Code outcomes are drawn, not replayed: the recorded pass@1 of a (model, task) is a sampling
+rate, so every agent call of that model on the task passes with that probability, independently
+(seeded per query, item, model and sample: a query is a new generation). The first agent's draw
+plays the role of the recorded answer. Passing programs are the same answer for voting (they
+behave alike on the tests); each failing program is a different answer."""
+
+WRONG_ANSWERS_DISTINCT = True
+"""On GSM8K, MATH and code, two wrong answers are the same answer only when they come from the
+same model's recorded wrong answer (a model repeating itself, SAMPLE_REPEATS_WRONG); wrong answers
+of different models, of fresh samples and of a strategy that loses a correct answer differ. The
+data hold ZeroEval's extracted answers for 14 GSM8K and 17 MATH models only (not every stand-in),
+so agreement between different models' wrong numbers is not replayed: a vote among wrong answers
+never forms a wrong majority across models, which favours ensembles slightly (on MMLU-Pro's ten
+options, wrong letters of different models do coincide)."""
+
+UNRECORDED_CODE_PASS = "model mean"
+"""A code item with no recorded pass@1 (EvalPlus profiled 29 of 164 HumanEval and 89 of 974 MBPP
+tasks) passes with the model's mean pass@1 over the recorded train-split tasks of its family.
+Workloads draw only recorded items; this covers a served query on any other item."""
+
+ZERO_SHOT_FAMILIES = ("gsm8k", "math", "humaneval", "mbpp")
+"""Families whose recorded answers were zero-shot: a DeepThink call carries no worked examples
+(few-shot tokens 0), unlike MMLU-Pro's 5-shot chain of thought."""
+
+STAND_INS = "pool file"
+"""Where a pool model has no recorded answers for a family, its pool entry names the recorded
+model it replays there (``stand_ins: {family: model}``), chosen as the nearest recorded model by
+family and size; ``inframind pools`` shows them. The default pool's choices and reasons are
+written beside them in pools/default.yaml."""
+
 # --- multi-agent interaction (what a round does to recorded answers) ---------------------------
 SAMPLE_KEEPS_CORRECT = 0.85
 """Re-sampling diversity. The data hold one recorded answer per (model, item), but a second agent

@@ -54,7 +54,12 @@ class VLLMEngineSpec(BaseModel):
     kv_cache_memory_bytes: int | None = Field(None, gt=0, description="CPU KV cache size")
     dtype: str = "auto"
     ignore_eos: bool = False
+    chat_template: bool = Field(False, description="wrap each prompt as one user message in the "
+                                "tokenizer's chat template (instruct models)")
     env: dict[str, str] = Field(default_factory=dict, description="e.g. VLLM_CPU_OMP_THREADS_BIND")
+    max_output_tokens: int | None = Field(
+        None, gt=0, description="cut every call's output at this many tokens (an operator's "
+                                "cap below the strategies' caps; None: the call's own cap)")
     engine_kwargs: dict = Field(default_factory=dict)
 
 
@@ -81,7 +86,12 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, description="pool model name used by policies and results")
-    recorded: str = Field(description="recorded MMLU-Pro model whose answers it replays")
+    recorded: str = Field(description="recorded MMLU-Pro model whose answers it replays (and "
+                          "its records of every other task family that has them)")
+    stand_ins: dict[str, str] = Field(
+        default_factory=dict,
+        description="per task family without records of `recorded`: the recorded model it "
+                    "replays there instead (e.g. {gsm8k: Phi-3.5-mini-instruct})")
     profile: str = Field(description="measured iteration-time profile key (profiles.json)")
     gpu: str = Field("H100-80GB", description="GPU type of each replica")
     gpus_per_replica: int = Field(1, ge=1, le=16)
@@ -99,6 +109,23 @@ class ModelConfig(BaseModel):
     @classmethod
     def _known_recorded(cls, v: str) -> str:
         return _known("recorded model", v, data.outcomes().keys())
+
+    @field_validator("stand_ins")
+    @classmethod
+    def _known_stand_ins(cls, v: dict[str, str]) -> dict[str, str]:
+        for fam, model in v.items():
+            _known("task family", fam, data.TASK_FAMILIES)
+            _known(f"recorded {fam} model", model, data.task_outcomes(fam).keys())
+        return v
+
+    def recorded_for(self, family: str) -> str | None:
+        """The recorded model whose answers this model replays on a task family: its stand-in
+        there if the pool names one, else its own records, else None."""
+        if family == "mmlu_pro":
+            return self.recorded
+        if family in self.stand_ins:
+            return self.stand_ins[family]
+        return self.recorded if self.recorded in data.task_outcomes(family) else None
 
     @field_validator("profile")
     @classmethod

@@ -71,3 +71,76 @@ def trace(name: str) -> np.ndarray:
     if name not in TRACES:
         raise ValueError(f"unknown trace {name!r}; choose from {', '.join(TRACES)}")
     return pq.read_table(DATA / "traces" / f"{name}.parquet").column("t_s").to_numpy()
+
+
+TASK_FAMILIES = ("gsm8k", "math", "humaneval", "mbpp")
+"""Task families beside MMLU-Pro whose items and recorded outcomes ship under data/tasks/."""
+
+
+def _family_dir(family: str) -> Path:
+    if family not in TASK_FAMILIES:
+        raise ValueError(f"unknown task family {family!r}; choose from {', '.join(TASK_FAMILIES)}")
+    return DATA / "tasks" / family
+
+
+@lru_cache(maxsize=8)
+def task_items(family: str) -> dict[str, np.ndarray | list]:
+    """Items of a family sorted by item_id: item_id, split, text, reference and the family's own
+    columns (tests, entry points, worked solutions)."""
+    t = pq.read_table(_family_dir(family) / "items.parquet")
+    out: dict[str, np.ndarray | list] = {}
+    for c in t.column_names:
+        col = t.column(c)
+        if c == "item_id":
+            out[c] = col.to_numpy().astype(np.int64)
+        elif c in ("split", "recorded"):
+            out[c] = np.array(col.to_pylist())
+        else:
+            out[c] = col.to_pylist()
+    return out
+
+
+@lru_cache(maxsize=8)
+def task_outcomes(family: str) -> dict[str, dict[str, np.ndarray]]:
+    """Recorded outcomes per model, each array aligned with ``task_items(family)['item_id']``:
+    ``correct`` (bool) and ``output_words`` for GSM8K and MATH; ``pass_at_1`` (NaN where the item
+    is not recorded) and ``solution_chars`` for HumanEval and MBPP."""
+    t = pq.read_table(_family_dir(family) / "outcomes.parquet")
+    ids = task_items(family)["item_id"]
+    row = {int(x): i for i, x in enumerate(ids)}
+    models = np.array(t.column("model").to_pylist())
+    item = t.column("item_id").to_numpy()
+    cols = [c for c in t.column_names if c not in ("model", "item_id")]
+    data_cols = {c: t.column(c).to_numpy(zero_copy_only=False) for c in cols}
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for m in np.unique(models):
+        sel = np.flatnonzero(models == m)
+        rows = np.array([row[int(x)] for x in item[sel]])
+        rec: dict[str, np.ndarray] = {}
+        for c, v in data_cols.items():
+            if v.dtype.kind in "fc" or c in ("pass_at_1", "solution_chars"):
+                a = np.full(len(ids), np.nan)
+            elif v.dtype.kind == "b":
+                a = np.zeros(len(ids), bool)
+            elif v.dtype.kind in "iu":
+                a = np.zeros(len(ids), np.int64)
+            else:
+                a = np.full(len(ids), "", object)
+            a[rows] = v[sel]
+            rec[c] = a
+        rec["recorded"] = np.zeros(len(ids), bool)
+        rec["recorded"][rows] = True
+        out[str(m)] = rec
+    return out
+
+
+@lru_cache(maxsize=8)
+def task_embeddings(family: str) -> np.ndarray | None:
+    """MiniLM embeddings of a family's items aligned with ``task_items`` (None if not derived)."""
+    path = _family_dir(family) / "embeddings.npz"
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        if not np.array_equal(z["item_id"], task_items(family)["item_id"]):
+            raise ValueError(f"{path} does not match items.parquet; re-derive it")
+        return z["q"].astype(np.float32) * z["scale"][:, None]

@@ -50,6 +50,9 @@ GOOD_MODEL = """
         (["--engine", "gpu"], "engine"),
         (["--metrics-period", "-1"], "metrics-period"),
         (["--policies", "inframind", "--checkpoint", "/nonexistent"], "checkpoint"),
+        (["--tasks", "gsm9k"], "tasks"),
+        (["--mix", "gsm8k=0.5,math=lots"], "mix"),
+        (["--mix", "gsm8k=1.2,math"], "mix"),
     ],
 )
 def test_bad_input_one_line_exit_2(args, field, tmp_path):
@@ -123,3 +126,36 @@ def test_small_bench_writes_everything(tmp_path):
     for png in ("goodput.png", "latency_cdf.png", "queue_depth.png", "mix.png"):
         assert (out / png).stat().st_size > 5000
     assert "always-strongest" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["--task", "gsm9k", "--item-id", "0", "--answer", "1"], "task"),
+        (["--task", "mbpp", "--item-id", "99999", "--answer", "x = 1"], "item-id"),
+        (["--task", "humaneval", "--item-id", "0", "--answer", "def f(:\n  pass"], "answer"),
+        (["--task", "humaneval", "--reference", "1", "--answer", "x = 1"], "reference"),
+        (["--task", "gsm8k", "--item-id", "0"], "answer"),
+        (["--task", "gsm8k", "--item-id", "0", "--answer-file", "/nonexistent"], "answer-file"),
+    ],
+)
+def test_grade_bad_input_one_line_exit_2(args, field):
+    """`inframind grade`: an unknown task, an item id outside its family, code that does not
+    parse: exit 2 and one line naming the field."""
+    r = run("grade", *args)
+    assert r.returncode == 2, r.stderr
+    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_grade_exit_code_is_the_verdict(tmp_path):
+    """Exit 0 for a correct answer, 1 for a wrong one; code is graded in the sandbox."""
+    assert run("grade", "--task", "gsm8k", "--item-id", "0", "--answer",
+               "The answer is 18.").returncode == 0
+    assert run("grade", "--task", "gsm8k", "--item-id", "0", "--answer", "17").returncode == 1
+    sol = tmp_path / "sol.py"
+    sol.write_text("def add(x, y):\n    return x - y\n")
+    r = run("grade", "--task", "humaneval", "--item-id", "53", "--answer-file", str(sol))
+    assert r.returncode == 1 and "wrong" in r.stdout
+    assert run("grade", "--task", "math", "--reference", "\\frac{1}{2}", "--answer",
+               "$\\boxed{0.5}$").returncode == 0

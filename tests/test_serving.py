@@ -197,6 +197,11 @@ def test_same_plan_in_twin_and_serve(session):
         (b'{"query": "hi", "budget_s": 1e9}', 422, "budget_s"),
         (b'{"query": "hi", "task": "poetry"}', 422, "task"),
         (b'{"item_id": 99999999, "budget_s": 10}', 400, "99999999"),
+        (b'{"item_id": 5, "task": "gsm9k", "budget_s": 10}', 422, "task"),
+        (b'{"item_id": 5000, "task": "gsm8k", "budget_s": 10}', 400, "gsm8k item id 5000"),
+        (b'{"item_id": 500, "task": "humaneval", "budget_s": 10}', 400, "humaneval item"),
+        (b'{"item_id": false, "budget_s": 10}', 422, "item_id"),
+        (b'{"query": "hi", "reference": "4", "task": "mbpp"}', 422, "item"),
         (b'{"query": "hi", "policy": "magic"}', 400, "magic"),
         (b'{"query": "' + b"x" * 5000 + b'"}', 413, "larger"),
     ],
@@ -208,6 +213,34 @@ def test_bad_input_gets_4xx_one_line(session, raw, code, word):
     assert word in out["error"] and "\n" not in out["error"]
     ok, _, _ = http(session, "POST", "/v1/queries", {"query": "still there?", "budget_s": 30})
     assert ok == 200
+
+
+def test_every_task_family_through_http(session):
+    """A GSM8K, MATH and HumanEval item through the HTTP API on the twin engines: the response is
+    graded by the family's real grader (code in the sandbox) as the grader run here says; free
+    text grades against a reference; /v1/grade refuses code that does not parse (400)."""
+    from inframind_ray.tasks.registry import family
+
+    wait_idle(session)
+    for task, item in (("gsm8k", 3), ("math", 5), ("humaneval", 0), ("mbpp", 2)):
+        code, out, _ = http(session, "POST", "/v1/queries", {
+            "item_id": item, "task": task, "budget_s": 120, "policy": "always-strongest"})
+        assert code == 200, out
+        assert out["task"] == task and out["status"] == "ok" and out["text"]
+        assert out["correct"] == family(task).grade(item, out["text"])
+    code, out, _ = http(session, "POST", "/v1/queries", {
+        "query": "What is 6 times 7?", "reference": "42", "task": "gsm8k", "budget_s": 30})
+    assert code == 200 and isinstance(out["correct"], bool)
+    code, out, _ = http(session, "POST", "/v1/grade", {
+        "task": "humaneval", "item_id": 0, "answer": "def has_close_elements(:\n  pass"})
+    assert code == 400 and "does not parse" in out["error"] and "\n" not in out["error"]
+    canonical = family("humaneval").correct_text(0)
+    code, out, _ = http(session, "POST", "/v1/grade", {
+        "task": "humaneval", "item_id": 0, "answer": canonical})
+    assert code == 200 and out["correct"] is True
+    code, out, _ = http(session, "POST", "/v1/grade", {
+        "task": "math", "reference": "\\frac{1}{2}", "answer": "The answer is 0.5"})
+    assert code == 200 and out["correct"] is True
 
 
 def test_overload_gets_429_or_503_with_retry_after(session):

@@ -44,6 +44,7 @@ def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float) -> d
             "pool_history": spec.pool_history,
             "budget_distribution": f"uniform({spec.budget_range_s[0]}, {spec.budget_range_s[1]}) s",
             "queries_per_cell": spec.n_queries,
+            "tasks": {t: round(s, 4) for t, s in spec.tasks},
             "wall_s": round(wall_s, 3),
             "simulated_s": round(sum(r.simulated_s for r in results), 3),
             "assumptions": "inframind_ray/assumptions.py",
@@ -160,6 +161,32 @@ def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
     fig.tight_layout()
     fig.savefig(out / "mix.png", dpi=100)
     plt.close(fig)
+
+
+def task_table(doc: dict) -> Table:
+    """Per task family and policy: accuracy at the lowest rate, SLO attainment and goodput at
+    the highest (the papers' table shape)."""
+    rows = doc["rows"]
+    lo = min(r["rate_per_min"] for r in rows)
+    hi = max(r["rate_per_min"] for r in rows)
+    tasks = list(dict.fromkeys(t for r in rows for t in r.get("by_task", {})))
+    t = Table(title=f"per task family: accuracy at {lo:g} req/min | SLO and goodput at {hi:g}")
+    t.add_column("policy")
+    for name in tasks:
+        t.add_column(f"{name} acc", justify="right")
+        t.add_column(f"{name} SLO", justify="right")
+        t.add_column(f"{name} good", justify="right")
+    for p in dict.fromkeys(r["policy"] for r in rows):
+        low = next(r for r in rows if r["policy"] == p and r["rate_per_min"] == lo)
+        high = next(r for r in rows if r["policy"] == p and r["rate_per_min"] == hi)
+        cells = []
+        for name in tasks:
+            a, b = low["by_task"].get(name), high["by_task"].get(name)
+            cells += [f"{a['accuracy']:.3f}" if a else "-",
+                      f"{b['slo_attainment']:.3f}" if b else "-",
+                      f"{b['goodput']:.3f}" if b else "-"]
+        t.add_row(p, *cells)
+    return t
 
 
 def table(doc: dict) -> Table:

@@ -57,9 +57,10 @@ _OUTCOMES: dict[tuple, OutcomeModel] = {}
 
 def outcome_for(pool: PoolConfig, seed: int) -> OutcomeModel:
     """Outcome model of a pool (cached per process)."""
-    key = (tuple((m.name, m.recorded) for m in pool.models), seed)
+    key = (tuple((m.name, m.recorded, tuple(sorted(m.stand_ins.items())))
+                 for m in pool.models), seed)
     if key not in _OUTCOMES:
-        _OUTCOMES[key] = OutcomeModel({m.name: m.recorded for m in pool.models}, seed=seed)
+        _OUTCOMES[key] = OutcomeModel.for_models(pool.models, seed=seed)
     return _OUTCOMES[key]
 
 
@@ -71,7 +72,8 @@ def run_cell(spec: CellSpec) -> CellResult:
     info = build_pool_info(spec.pool)
     policy = make_policy(
         spec.policy, info, spec.workload.seed,
-        is_correct=lambda q, m, s: outcome.would_be_correct(q.item_id, m, s),
+        is_correct=lambda q, m, s: outcome.would_be_correct(q.item_id, m, s, q.task,
+                                                            q.query_id),
         checkpoint=spec.checkpoint,
     )
     abort = spec.pool.engine.on_deadline == "abort"
@@ -136,17 +138,18 @@ def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeMode
     base = {"policy": spec.policy, "rate_per_min": spec.workload.rate_per_min}
     if isinstance(o, QueryInfo):
         result.queries.append({**base, "query_id": o.query_id, "item_id": o.item_id,
-                               "category": o.category, "arrival_s": o.arrival_s,
+                               "task": o.task, "category": o.category, "arrival_s": o.arrival_s,
                                "budget_s": o.budget_s, "latency_s": float("nan"),
                                "status": "timed_out", "answer": None, "correct": False,
                                "within_budget": False, "topology": None, "k": 0, "n_calls": 0,
                                "critical_path": 0})
         return
     q = o.query
-    correct = outcome.is_correct(q.item_id, o.answer)
+    correct = outcome.is_correct(q.item_id, o.answer, q.task)
     graph = build_graph(o.plan)
     result.queries.append({
-        **base, "query_id": q.query_id, "item_id": q.item_id, "category": q.category,
+        **base, "query_id": q.query_id, "item_id": q.item_id, "task": q.task,
+        "category": q.category,
         "arrival_s": q.arrival_s, "budget_s": q.budget_s, "latency_s": o.latency,
         "status": o.status.api, "answer": o.answer, "correct": correct,
         "within_budget": o.within_budget, "topology": o.plan.topology.value, "k": o.plan.k,
@@ -181,6 +184,26 @@ def _mix(values: list[str]) -> dict[str, float]:
     return {k: round(v / n, 4) for k, v in sorted(c.items())}
 
 
+def by_task(r: CellResult) -> dict[str, dict]:
+    """Per task family: queries, goodput, accuracy, SLO attainment, mean latency, model mix."""
+    out = {}
+    for t in dict.fromkeys(q["task"] for q in r.queries):
+        qs = [q for q in r.queries if q["task"] == t]
+        ids = {q["query_id"] for q in qs}
+        lat = [q["latency_s"] for q in qs if q["status"] != "timed_out"]
+        n = len(qs)
+        out[t] = {
+            "n_queries": n,
+            "goodput": round(sum(q["correct"] and q["within_budget"] for q in qs) / n, 4),
+            "accuracy": round(sum(q["correct"] for q in qs) / n, 4),
+            "slo_attainment": round(sum(q["within_budget"] for q in qs) / n, 4),
+            "latency_mean_s": round(float(np.mean(lat)), 3) if lat else None,
+            "model_mix": _mix([c["model"] for c in r.calls if c["query_id"] in ids]),
+            "strategy_mix": _mix([c["strategy"] for c in r.calls if c["query_id"] in ids]),
+        }
+    return out
+
+
 def summarize(r: CellResult) -> dict:
     """The results.json row of one cell."""
     qs, calls = r.queries, r.calls
@@ -213,4 +236,5 @@ def summarize(r: CellResult) -> dict:
         "queue_depth_max": queue_max,
         "wall_s": round(r.wall_s, 3),
         "simulated_s": round(r.simulated_s, 3),
+        "by_task": by_task(r),
     }

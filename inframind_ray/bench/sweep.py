@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from inframind_ray import assumptions as A
 from inframind_ray.config import PoolConfig
-from inframind_ray.tasks.workload import WorkloadSpec, sample_items
+from inframind_ray.tasks.workload import MMLU_ONLY, WorkloadSpec, sample_task_items
 
 if TYPE_CHECKING:  # the runner (policies, torch) loads only when a sweep runs
     from inframind_ray.bench.runner import CellResult, CellSpec
@@ -45,6 +45,7 @@ class SweepSpec:
     checkpoint: str | None = None
     metrics_period_s: float = 0.0
     pool_history: bool = False
+    tasks: tuple[tuple[str, float], ...] = MMLU_ONLY  # (task family, share of the queries)
 
     def cells(self) -> list[CellSpec]:
         """One cell per (policy, rate), rates outermost so slow cells start early."""
@@ -55,7 +56,7 @@ class SweepSpec:
                 self.pool,
                 p,
                 WorkloadSpec(r, self.n_queries, self.arrivals, self.split, self.budget_range_s,
-                             self.seed),
+                             self.seed, self.tasks),
                 self.scheduling,
                 self.checkpoint,
                 self.metrics_period_s,
@@ -73,7 +74,7 @@ def run_sweep(spec: SweepSpec, jobs: int | None = None, progress: bool = True
 
     cells = spec.cells()
     cells[0].workload.validate()
-    sample_items(cells[0].workload)  # fail here, in one line, not inside a worker
+    sample_task_items(cells[0].workload)  # fail here, in one line, not inside a worker
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(cells)))
     t0 = time.perf_counter()
     results: list[CellResult] = []

@@ -12,13 +12,15 @@ import typer
 from inframind_ray.cli import bench as _bench
 from inframind_ray.cli import learn as _learn
 from inframind_ray.cli import serve as _serve
+from inframind_ray.cli import tasks as _tasks
 from inframind_ray.errors import InframindError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="InfraMind on Ray: infrastructure-aware multi-agent LLM orchestration.")
 
 for _command in (_bench.bench, _learn.train, _bench.predictors, _bench.pools, _bench.embed,
-                 _serve.serve, _serve.query, _serve.load, _serve.demo, _serve.overhead):
+                 _tasks.tasks, _tasks.grade, _serve.serve, _serve.query, _serve.load,
+                 _serve.demo, _serve.overhead):
     app.command()(_command)
 
 from inframind_ray.fidelity.cli import twin_app  # noqa: E402
@@ -29,7 +31,7 @@ app.add_typer(twin_app, name="twin")
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit code 2."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)  # a command's typer.Exit(code) comes back as its code
     except InframindError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
@@ -43,6 +45,8 @@ def main() -> None:
         if isinstance(e, _exit_types()):
             sys.exit(e.exit_code)
         raise
+    if isinstance(rc, int) and rc:
+        sys.exit(rc)
 
 
 def _classes(attr: str, *modules: str) -> tuple[type, ...]:

@@ -29,6 +29,13 @@ def bench(
         SweepSpec.seed),
     split: Annotated[str, typer.Option(help="item split: test (default), val, train")] = (
         SweepSpec.split),
+    tasks: Annotated[str, typer.Option(
+        help="task families, comma-separated (mmlu_pro, gsm8k, math, humaneval, mbpp); equal "
+             "shares unless --mix gives them")] = "mmlu_pro",
+    mix: Annotated[str | None, typer.Option(
+        help="shares of the families, e.g. gsm8k=0.4,mmlu_pro=0.3,math=0.1,humaneval=0.1,"
+             "mbpp=0.1 (a family without '=' takes an equal part of the rest); replaces "
+             "--tasks")] = None,
     budget: Annotated[str, typer.Option(help="latency budget range MIN,MAX in seconds")] = (
         listed(SweepSpec.budget_range_s)),
     scheduling: Annotated[str, typer.Option(help="pool | edf | fcfs (override the pool)")] = (
@@ -55,6 +62,7 @@ def bench(
     from inframind_ray.bench.sweep import run_sweep
     from inframind_ray.config import load_pool
     from inframind_ray.policy.baselines import POLICIES
+    from inframind_ray.tasks.registry import parse_mix
 
     if engine != "twin":
         raise ConfigError("engine", f"{engine!r} is not available for bench; use twin")
@@ -74,7 +82,9 @@ def bench(
         raise ConfigError("scheduling", f"must be pool, edf or fcfs, got {scheduling!r}")
     if not metrics_period >= 0:
         raise ConfigError("metrics-period", f"must be >= 0 seconds, got {metrics_period:g}")
+    shares = parse_mix(mix if mix is not None else tasks)
     cfg = load_pool(pool)
+    _check_records(cfg, shares)
     if "inframind" in pols:  # fail here, in one line, not inside a worker
         from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
         from inframind_ray.pools.cards import build_pool_info
@@ -82,13 +92,28 @@ def bench(
         LearnedPolicy.load(checkpoint or DEFAULT_CHECKPOINT, build_pool_info(cfg))
     spec = SweepSpec(cfg, str(pool), pols, rate_vals, queries, arrivals, split,
                      lohi, seed, None if scheduling == "pool" else scheduling,
-                     str(checkpoint) if checkpoint else None, metrics_period, pool_history)
+                     str(checkpoint) if checkpoint else None, metrics_period, pool_history,
+                     tuple(shares.items()))
     results, wall = run_sweep(spec, jobs or None, progress)
     doc = write_outputs(out, spec, results, wall)
     console.print(table(doc))
+    if len(shares) > 1:
+        from inframind_ray.bench.report import task_table
+
+        console.print(task_table(doc))
     sim = doc["meta"]["simulated_s"]
     console.print(f"wrote {out}/results.json, Parquet records and plots; {len(results)} cells, "
                   f"{sim:.0f} simulated s in {wall:.1f} wall s")
+
+
+def _check_records(cfg, shares: dict[str, float]) -> None:  # noqa: ANN001 - a PoolConfig
+    """Every pool model replays (its own or a stand-in's) records of every family asked for."""
+    for t in shares:
+        missing = [m.name for m in cfg.models if m.recorded_for(t) is None]
+        if missing:
+            raise ConfigError("tasks", f"no recorded {t} answers for pool model(s) "
+                              f"{', '.join(missing)}; name a stand-in in the pool file "
+                              f"(stand_ins: {{{t}: MODEL}})")
 
 
 def predictors(
@@ -137,6 +162,7 @@ def predictors(
 def pools() -> None:
     """List the shipped pools and their models."""
     from inframind_ray.config import POOLS_DIR, load_pool
+    from inframind_ray.data import TASK_FAMILIES
     from inframind_ray.pools.hardware import derive_hardware
 
     for path in sorted(POOLS_DIR.glob("*.yaml")):
@@ -147,6 +173,11 @@ def pools() -> None:
             console.print(f"  {m.name:16s} answers={m.recorded:30s} profile={m.profile:22s} "
                           f"{m.replicas}x{m.gpus_per_replica}x{m.gpu} max_num_seqs="
                           f"{m.max_num_seqs} kv={hw.kv_capacity} tokens")
+            for fam in TASK_FAMILIES:
+                rec = m.recorded_for(fam)
+                how = ("none (no stand-in named)" if rec is None else
+                       f"{rec} (stand-in)" if fam in m.stand_ins else rec)
+                console.print(f"  {'':16s}   {fam:10s} replays {how}")
 
 
 def embed(

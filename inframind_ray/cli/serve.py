@@ -75,7 +75,13 @@ def _post(url: str, path: str, body: dict, api_key: str | None) -> tuple[int, di
 
 def query(
     text: Annotated[str, typer.Argument(help="the query (may be empty with --item-id)")] = "",
-    item_id: Annotated[int | None, typer.Option(help="MMLU-Pro question id (graded)")] = None,
+    item_id: Annotated[int | None, typer.Option(help="item id within --task (graded)")] = None,
+    task: Annotated[str | None, typer.Option(
+        help="task family: mmlu_pro (default with --item-id), gsm8k, math, humaneval, mbpp, "
+             "or free")] = None,
+    reference: Annotated[str | None, typer.Option(
+        help="grade a free-text query against this answer (with --task gsm8k, math, mmlu_pro "
+             "or free)")] = None,
     budget: Annotated[float, typer.Option(help="latency budget, seconds")] = 60.0,
     policy: Annotated[str | None, typer.Option(help="policy for this query")] = None,
     url: Annotated[str, typer.Option(help="API base URL")] = DEFAULT_URL,
@@ -83,6 +89,10 @@ def query(
 ) -> None:
     """Send one query to a running service and show the answer and its per-step trace."""
     body = {"query": text or None, "item_id": item_id, "budget_s": budget}
+    if task:
+        body["task"] = task
+    if reference:
+        body["reference"] = reference
     if policy:
         body["policy"] = policy
     status, out = _post(url, "/v1/queries", body, api_key)

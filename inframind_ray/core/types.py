@@ -27,6 +27,7 @@ class QueryInfo:
     arrival_s: float
     category: str = "other"
     item_id: int | None = None
+    task: str = "mmlu_pro"  # the task family of a benchmark item (grader, prompts, priors)
     prompt_tokens: int = 128
     fewshot_tokens: int = 0  # extra prompt tokens of a DeepThink call (worked examples)
     embedding: np.ndarray | None = field(default=None, compare=False, repr=False)
@@ -109,8 +110,25 @@ class SystemState:
 
 
 @dataclass(frozen=True)
+class TaskCard:
+    """What a model's recorded answers on one task family say (TRAIN split only): accuracy
+    overall and per category, output token caps and expected tokens per strategy, the
+    strategies' accuracy retention, and the DeepThink length budget."""
+
+    accuracy: float
+    accuracy_by_category: Mapping[str, float]
+    max_tokens: Mapping[Strategy, int]
+    expected_tokens: Mapping[Strategy, float]
+    retention: Mapping[Strategy, float]
+    budget_tokens: int = 0
+    budget_expected_tokens: float = 0.0
+
+
+@dataclass(frozen=True)
 class ModelInfo:
-    """Static facts of one pool model that policies may use (no recorded outcomes)."""
+    """Static facts of one pool model that policies may use (no recorded outcomes). The
+    top-level accuracy, token and budget fields are its MMLU-Pro card; ``tasks`` holds a card
+    per task family (MMLU-Pro included) and the methods below read the query's family."""
 
     name: str
     profile: IterationProfile
@@ -125,12 +143,34 @@ class ModelInfo:
     # TOKEN_BUDGET_QUANTILE of its train-split answer lengths, and its expected output under it
     budget_tokens: int = 0  # 0: no budget known, the strategy's cap applies
     budget_expected_tokens: float = 0.0
+    tasks: Mapping[str, TaskCard] = field(default_factory=dict)
 
-    def call_tokens(self, strategy: Strategy, token_budget: bool = False) -> float:
+    def card(self, task: str = "mmlu_pro") -> TaskCard:
+        """The model's card for a task family (its MMLU-Pro facts when none is known)."""
+        c = self.tasks.get(task)
+        if c is not None:
+            return c
+        return TaskCard(self.accuracy, self.accuracy_by_category, self.max_tokens,
+                        self.expected_tokens, {s: 1.0 for s in Strategy}, self.budget_tokens,
+                        self.budget_expected_tokens)
+
+    def call_tokens(self, strategy: Strategy, token_budget: bool = False,
+                    task: str = "mmlu_pro") -> float:
         """Expected output tokens of one call (under the DeepThink budget if ``token_budget``)."""
-        if token_budget and strategy is Strategy.DEEPTHINK and self.budget_tokens:
-            return self.budget_expected_tokens
-        return self.expected_tokens[strategy]
+        c = self.card(task)
+        if token_budget and strategy is Strategy.DEEPTHINK and c.budget_tokens:
+            return c.budget_expected_tokens
+        return c.expected_tokens[strategy]
+
+    def cap(self, strategy: Strategy, task: str = "mmlu_pro") -> int:
+        """The serving cap of a call's output tokens on a task family."""
+        return self.card(task).max_tokens[strategy]
+
+    def expected_accuracy(self, query: QueryInfo) -> float:
+        """Train-split accuracy of its step-by-step answers on the query's family and
+        category (the family's accuracy for an unknown category)."""
+        c = self.card(query.task)
+        return c.accuracy_by_category.get(query.category, c.accuracy)
 
 
 @dataclass(frozen=True)

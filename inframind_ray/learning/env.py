@@ -39,6 +39,7 @@ from inframind_ray.policy.base import Policy
 from inframind_ray.policy.features import FeatureBuilder, plan_of
 from inframind_ray.policy.latency import free_slots
 from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.tasks.registry import parse_mix
 from inframind_ray.tasks.workload import WorkloadSpec, make_queries
 from inframind_ray.twin.backend import TwinBackend
 from inframind_ray.twin.outcome import OutcomeModel
@@ -59,6 +60,8 @@ class EnvConfig(BaseModel):
     trace_fraction: float = Field(0.2, ge=0, le=1)
     budget_ranges: list[tuple[float, float]] = [A.BUDGET_RANGE_S, (15.0, 45.0), (30.0, 120.0)]
     split: str = "train"
+    tasks: str = "mmlu_pro"
+    """Task families of the episodes' queries and their shares (``bench --mix`` syntax)."""
     lam: float = Field(1.0, ge=0)
     metrics_periods: list[float] = Field([0.0], min_length=1)
     """Per episode, policies read load snapshots refreshed every one of these simulated seconds
@@ -89,7 +92,7 @@ def query_terms(res: QueryResult, outcome: OutcomeModel) -> tuple[float, float, 
     for a correct answer within budget; cost ``min(1, latency/budget - 1)``, 1 when aborted;
     weight ``l(o)/T`` (longest path through the node over the critical path)."""
     q = res.query
-    quality = float(outcome.is_correct(q.item_id, res.answer) and res.within_budget)
+    quality = float(outcome.is_correct(q.item_id, res.answer, q.task) and res.within_budget)
     late = min(1.0, max(0.0, res.latency / q.budget_s - 1.0))
     cost = late if res.status.ok else 1.0  # not answered (deadline, shed, overloaded): full cost
     graph = build_graph(res.plan)
@@ -187,7 +190,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         super().__init__()
         self.cfg = EnvConfig.model_validate(config or {})
         self.pool = load_pool(self.cfg.pool)
-        self.outcome = OutcomeModel({m.name: m.recorded for m in self.pool.models})
+        self.outcome = OutcomeModel.for_models(self.pool.models)
         self.info = build_pool_info(self.pool)
         self.features = f = FeatureBuilder(self.info, self.cfg.token_budget)
         n = self.cfg.queries_per_episode
@@ -224,7 +227,8 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         arrivals = "trace:azure_conv" if rng.random() < self.cfg.trace_fraction else "poisson"
         budget = self.cfg.budget_ranges[int(rng.integers(len(self.cfg.budget_ranges)))]
         spec = WorkloadSpec(rate, self.cfg.queries_per_episode, arrivals, self.cfg.split,
-                            tuple(budget), int(rng.integers(2**31)))
+                            tuple(budget), int(rng.integers(2**31)),
+                            tuple(parse_mix(self.cfg.tasks).items()))
         period = float(self.cfg.metrics_periods[int(rng.integers(len(self.cfg.metrics_periods)))])
         history = int(rng.integers(2**31)) if rng.random() < self.cfg.history_fraction else None
         return Episode(spec, period, history)
@@ -347,7 +351,8 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         ``congestion_toll``."""
         quality, cost, node_w = query_terms(res, self.outcome)
         base = (float(self.outcome.would_be_correct(res.query.item_id, self.info.strongest,
-                                                    Strategy.DEEPTHINK))
+                                                    Strategy.DEEPTHINK, res.query.task,
+                                                    res.query.query_id))
                 if self.cfg.counterfactual_baseline else 0.0)
         toll = {s.node_id: min(TOLL_CAP, self.cfg.congestion_toll * slot_seconds(s))
                 for s in res.steps if self._saturated(s)}

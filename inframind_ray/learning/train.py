@@ -169,13 +169,14 @@ def evaluate(cfg: TrainConfig, checkpoint: Path | None, policy: str = "inframind
     """Validation-split twin runs (one per eval rate) with the bench's cell runner."""
     from inframind_ray.bench.runner import CellSpec, run_cell
     from inframind_ray.config import load_pool
+    from inframind_ray.tasks.registry import parse_mix
     from inframind_ray.tasks.workload import WorkloadSpec
 
     pool = load_pool(cfg.env.pool)
     rows = []
     for r in cfg.eval.rates:
         w = WorkloadSpec(r, cfg.eval.queries, "poisson", "val", tuple(cfg.eval.budget),
-                         cfg.eval.seed)
+                         cfg.eval.seed, tuple(parse_mix(cfg.env.tasks).items()))
         res = run_cell(CellSpec(pool, policy, w, None,
                                 str(checkpoint) if checkpoint else None))
         s = res.summary

@@ -19,7 +19,8 @@ from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import AgentNode, Plan, build_graph
 from inframind_ray.core.types import LoadSnapshot, QueryInfo, StepContext, SystemState
 from inframind_ray.policy.base import Policy
-from inframind_ray.tasks.prompts import build_prompt, extract_answer
+from inframind_ray.tasks.prompts import build_prompt
+from inframind_ray.tasks.registry import extract
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,12 @@ class AgentResult:
     output_tokens: int = 0
     num_preemptions: int = 0
     load: LoadSnapshot | None = None  # the chosen model's live metrics when the executor decided
+    task: str = "mmlu_pro"  # the query's task family: how the answer is read from the text
 
     @property
     def answer(self) -> str | None:
-        """The extracted option letter."""
-        return extract_answer(self.text) if self.status.ok else None
+        """The answer the text gives (the family's extraction: a letter, number, program)."""
+        return extract(self.task, self.text) if self.status.ok else None
 
 
 class AgentBackend(Protocol):
@@ -137,9 +139,10 @@ async def run_query(
             node=node,
             model=d.model,
             strategy=d.strategy,
-            prompt=build_prompt(query.text, node.role, node.kind.value, d.strategy, texts),
+            prompt=build_prompt(query.text, node.role, node.kind.value, d.strategy, texts,
+                                query.task),
             upstream=ups,
-            max_tokens=d.max_tokens or policy.pool[d.model].max_tokens[d.strategy],
+            max_tokens=d.max_tokens or policy.pool[d.model].cap(d.strategy, query.task),
             deadline=query.deadline,
             sample=slots.index(node.slot),
         )
@@ -153,7 +156,7 @@ async def run_query(
             except TimeoutError:
                 res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now,
                               clock.now())
-        return replace(res, load=ctx.state.models.get(d.model))
+        return replace(res, load=ctx.state.models.get(d.model), task=query.task)
 
     for node in graph.nodes:  # topological order: deps already have tasks
         tasks[node.id] = loop.create_task(run_node(node))

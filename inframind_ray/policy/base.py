@@ -27,9 +27,10 @@ class Policy(ABC):
         self.pool = pool
         self.seed = seed
 
-    def call_tokens(self, info: T.ModelInfo, strategy: Strategy) -> float:
-        """Expected output tokens of a call this policy makes."""
-        return info.call_tokens(strategy, self.token_budget)
+    def call_tokens(self, info: T.ModelInfo, strategy: Strategy, task: str = "mmlu_pro"
+                    ) -> float:
+        """Expected output tokens of a call this policy makes on a task family."""
+        return info.call_tokens(strategy, self.token_budget, task)
 
     def plan(self, query: T.QueryInfo, state: T.SystemState) -> Plan:
         """Choose topology, K and roles once per query. Do not override."""
@@ -47,11 +48,11 @@ class Policy(ABC):
             raise ValueError(f"{self.name}: chose unknown model {d.model!r}")
         if d.strategy not in ctx.allowed:
             raise ValueError(f"{self.name}: strategy {d.strategy.value} not allowed here")
-        info = self.pool[d.model]
-        cap = info.max_tokens[d.strategy]
+        card = self.pool[d.model].card(ctx.query.task)
+        cap = card.max_tokens[d.strategy]
         if (self.token_budget and d.max_tokens is None and d.strategy is Strategy.DEEPTHINK
-                and info.budget_tokens):
-            d = replace(d, max_tokens=info.budget_tokens)
+                and card.budget_tokens):
+            d = replace(d, max_tokens=min(card.budget_tokens, cap))
         if d.max_tokens is not None and not 1 <= d.max_tokens <= cap:
             raise ValueError(f"{self.name}: max_tokens {d.max_tokens} outside [1, {cap}] for "
                              f"{d.model} {d.strategy.value}")

@@ -52,7 +52,8 @@ class AlwaysStrongest(Policy):
 
 
 class StaticTask(Policy):
-    """Task-only routing (MasRouter-like): best model per category on the train split."""
+    """Task-only routing (MasRouter-like): best model per task family and category on the train
+    split."""
 
     name = "static-task"
 
@@ -60,8 +61,7 @@ class StaticTask(Policy):
         return IO_PLAN
 
     def _decide(self, ctx: StepContext) -> StepDecision:
-        cat = ctx.query.category
-        best = max(self.pool.models, key=lambda m: (m.accuracy_by_category.get(cat, m.accuracy)))
+        best = max(self.pool.models, key=lambda m: m.expected_accuracy(ctx.query))
         return StepDecision(best.name, Strategy.DEEPTHINK)
 
 
@@ -148,9 +148,7 @@ class InfraHeuristic(Policy):
     def __init__(self, pool: PoolInfo, seed: int = 0,
                  retention: dict[Strategy, float] | None = None) -> None:
         super().__init__(pool, seed)
-        from inframind_ray.assumptions import STRATEGY_RETENTION
-
-        self.retention = retention or STRATEGY_RETENTION
+        self.retention = retention  # None: each model's card for the query's family
 
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
         return IO_PLAN
@@ -166,9 +164,9 @@ class InfraHeuristic(Policy):
 
     def expected_accuracy(self, m: ModelInfo, ctx: StepContext) -> float:
         """Expected accuracy of a step-by-step answer of ``m`` to this query: its train-split
-        accuracy on the query's category. The one hook of the heuristics' accuracy (a variant
-        overrides it: experiments/item_router_check.py)."""
-        return m.accuracy_by_category.get(ctx.query.category, m.accuracy)
+        accuracy on the query's family and category. The one hook of the heuristics' accuracy (a
+        variant overrides it: experiments/item_router_check.py)."""
+        return m.expected_accuracy(ctx.query)
 
     def _decide(self, ctx: StepContext) -> StepDecision:
         per_step = ctx.remaining_budget_s / max(1, ctx.remaining_depth) * SAFETY
@@ -176,14 +174,16 @@ class InfraHeuristic(Policy):
         for m in self._models(ctx):
             load = ctx.state.models[m.name]
             acc = self.expected_accuracy(m, ctx)
+            keep = self.retention or m.card(ctx.query.task).retention
             for s in ctx.allowed:
-                service, wait = latency_terms(m, load, ctx.prompt_tokens(s),
-                                              self.call_tokens(m, s), self.OCCUPANCY)
+                tokens = self.call_tokens(m, s, ctx.query.task)
+                service, wait = latency_terms(m, load, ctx.prompt_tokens(s), tokens,
+                                              self.OCCUPANCY)
                 t = service + wait
                 if t < fastest_t:
                     fastest, fastest_t = StepDecision(m.name, s), t
                 if t <= per_step:
-                    key = (acc * self.retention[s] - self._toll(m, load, service), -t)
+                    key = (acc * keep[s] - self._toll(m, load, service), -t)
                     if best_key is None or key > best_key:
                         best, best_key = StepDecision(m.name, s), key
         return best or fastest
@@ -217,7 +217,8 @@ class InfraTopology(InfraHeuristic):
             load = ctx.state.models[m.name]
             acc = self.expected_accuracy(m, ctx)
             if (free_slots(m, load) >= 1 and acc > best_acc and s in ctx.allowed
-                    and predict_latency(m, load, ctx.prompt_tokens(s), self.call_tokens(m, s),
+                    and predict_latency(m, load, ctx.prompt_tokens(s),
+                                        self.call_tokens(m, s, ctx.query.task),
                                         self.OCCUPANCY) <= per_step):
                 best, best_acc = m.name, acc
         return StepDecision(best, s) if best else super()._decide(ctx)
@@ -279,7 +280,8 @@ class Oracle(Policy):
         for m in self.pool.models:
             load = ctx.state.models[m.name]
             for s in ctx.allowed:
-                t = predict_latency(m, load, ctx.prompt_tokens(s), self.call_tokens(m, s))
+                t = predict_latency(m, load, ctx.prompt_tokens(s),
+                                    self.call_tokens(m, s, ctx.query.task))
                 ok = self.is_correct(ctx.query, m.name, s)
                 scored.append((not ok, t, m.name, s))
         _, _, model, strategy = min(scored, key=lambda x: (x[0], x[1]))

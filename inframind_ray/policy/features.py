@@ -1,5 +1,6 @@
 """Observation features of the learned policy, built from exactly what the baselines see
-(query, plan, node, budget left, live per-model metrics, the latency price list)."""
+(query, plan, node, budget left, live per-model metrics, the latency price list, and each
+model's train-split accuracy prior on the query's task family and category)."""
 
 from __future__ import annotations
 
@@ -50,9 +51,9 @@ class FeatureBuilder:
         self.pool = pool
         self.token_budget = token_budget  # price DeepThink under the policy's token budget
         self.m = len(pool.models)
-        self.z_dim = 2 + (PER_MODEL + 1) * self.m
+        self.z_dim = 2 + (PER_MODEL + 2) * self.m
         self.sem_dim = EMB_DIM + len(ROLES) + len(KINDS) + len(TOPOLOGIES)
-        self.res_dim = 3 + (PER_MODEL + 1) * self.m + 2 * self.m * len(STRATEGIES) + self.m
+        self.res_dim = 3 + (PER_MODEL + 1) * self.m + 3 * self.m * len(STRATEGIES) + self.m
         self.n_plan = len(PLAN_ACTIONS)
         self.n_exec = self.m * len(STRATEGIES)
 
@@ -73,6 +74,11 @@ class FeatureBuilder:
                            / slots(i, state.models[i.name]) for i in self.pool.models],
                           np.float32)
 
+    def _priors(self, q: QueryInfo) -> np.ndarray:
+        """Per model: the train-split accuracy of its step-by-step answers on the query's task
+        family and category (the model card's prior)."""
+        return np.asarray([i.expected_accuracy(q) for i in self.pool.models], np.float32)
+
     @staticmethod
     def _emb(q: QueryInfo) -> np.ndarray:
         if q.embedding is None:
@@ -83,7 +89,8 @@ class FeatureBuilder:
         """Query embedding, system-state vector z0 and the (all-valid) action mask."""
         z = np.concatenate([[q.budget_s / 100.0, np.log1p(q.budget_s) / 5.0],
                             self._models(state),
-                            self._ahead(state, q.deadline - state.now)]).astype(np.float32)
+                            self._ahead(state, q.deadline - state.now),
+                            self._priors(q)]).astype(np.float32)
         return {"emb": self._emb(q), "z": z, "mask": np.ones(self.n_plan, np.float32)}
 
     def executor(self, ctx: StepContext) -> dict[str, np.ndarray]:
@@ -96,14 +103,17 @@ class FeatureBuilder:
         sem[len(ROLES) + KINDS.index(ctx.node.kind)] = 1.0
         sem[len(ROLES) + len(KINDS) + TOPOLOGIES.index(ctx.plan.topology)] = 1.0
         per_step = max(1e-3, ctx.remaining_budget_s / max(1, ctx.remaining_depth))
-        prices, tolls, mask = [], [], []
+        prices, tolls, mask, accs = [], [], [], []
         for info in self.pool.models:
             ld = ctx.state.models[info.name]
             ok = ld.available and ld.age(ctx.now) <= STALE_MASK_S
             cong = congestion(info, ld)
+            prior = info.expected_accuracy(ctx.query)
+            keep = info.card(ctx.query.task).retention
             for s in STRATEGIES:
-                service, wait = latency_terms(info, ld, ctx.prompt_tokens(s),
-                                              info.call_tokens(s, self.token_budget), OCCUPANCY)
+                accs.append(prior * keep[s])
+                tokens = info.call_tokens(s, self.token_budget, ctx.query.task)
+                service, wait = latency_terms(info, ld, ctx.prompt_tokens(s), tokens, OCCUPANCY)
                 prices.append(min((service + wait) / per_step, 5.0))
                 tolls.append(min(cong * service / 10.0, 10.0))
                 mask.append(float(ok and s in ctx.allowed))
@@ -113,7 +123,7 @@ class FeatureBuilder:
         res = np.concatenate([[ctx.remaining_budget_s / 100.0, ctx.remaining_depth / 5.0,
                                min(per_step / 100.0, 10.0)], self._models(ctx.state),
                               self._ahead(ctx.state, ctx.remaining_budget_s),
-                              prices, tolls, earlier]).astype(np.float32)
+                              prices, tolls, accs, earlier]).astype(np.float32)
         return {"sem": np.concatenate([self._emb(ctx.query), sem]).astype(np.float32),
                 "res": res, "mask": np.asarray(mask, np.float32)}
 

@@ -1,15 +1,36 @@
 """Model cards: the static facts of every pool model that policies may use (profile, slots, KV
-capacity, token caps, train-split accuracy), built from the pool file and the recorded data
-(``pools/recorded.py``), without the simulator."""
+capacity, and per task family its train-split accuracy, token caps and expected lengths), built
+from the pool file and the recorded data (``pools/recorded.py``), without the simulator."""
 
 from __future__ import annotations
 
-from inframind_ray.assumptions import TOKEN_BUDGET_QUANTILE
-from inframind_ray.config import PoolConfig
+from inframind_ray import assumptions as A
+from inframind_ray.config import ModelConfig, PoolConfig
 from inframind_ray.core.strategy import Strategy
-from inframind_ray.core.types import ModelInfo, PoolInfo
+from inframind_ray.core.types import ModelInfo, PoolInfo, TaskCard
+from inframind_ray.data import TASK_FAMILIES
 from inframind_ray.pools.hardware import derive_hardware
-from inframind_ray.pools.recorded import recorded_model
+from inframind_ray.pools.recorded import recorded_model, recorded_task_model
+
+
+def task_cards(m: ModelConfig) -> dict[str, TaskCard]:
+    """A card per task family the model has records (or a stand-in) for, MMLU-Pro first."""
+    rec = recorded_model(m.recorded)
+    budget, budget_expected = rec.length_budget(A.TOKEN_BUDGET_QUANTILE)
+    cards = {"mmlu_pro": TaskCard(
+        rec.accuracy, dict(rec.accuracy_by_category), dict(rec.max_tokens),
+        dict(rec.expected_tokens), A.STRATEGY_RETENTION_BY_TASK["mmlu_pro"],
+        min(budget, rec.max_tokens[Strategy.DEEPTHINK]), budget_expected)}
+    for fam in TASK_FAMILIES:
+        name = m.recorded_for(fam)
+        if name is None:
+            continue
+        r = recorded_task_model(fam, name)
+        budget, budget_expected = r.length_budget(A.TOKEN_BUDGET_QUANTILE)
+        cards[fam] = TaskCard(r.accuracy, {fam: r.accuracy}, dict(r.max_tokens),
+                              dict(r.expected_tokens), A.STRATEGY_RETENTION_BY_TASK[fam],
+                              min(budget, r.max_tokens[Strategy.DEEPTHINK]), budget_expected)
+    return cards
 
 
 def build_pool_info(cfg: PoolConfig) -> PoolInfo:
@@ -17,8 +38,8 @@ def build_pool_info(cfg: PoolConfig) -> PoolInfo:
     models = []
     for m in cfg.models:
         hw = derive_hardware(m)
-        rec = recorded_model(m.recorded)
-        budget, budget_expected = rec.length_budget(TOKEN_BUDGET_QUANTILE)
+        cards = task_cards(m)
+        mmlu = cards["mmlu_pro"]
         models.append(
             ModelInfo(
                 name=m.name,
@@ -26,12 +47,13 @@ def build_pool_info(cfg: PoolConfig) -> PoolInfo:
                 max_num_seqs=m.max_num_seqs,
                 replicas=m.replicas,
                 kv_capacity=hw.kv_capacity,
-                max_tokens=dict(rec.max_tokens),
-                expected_tokens=dict(rec.expected_tokens),
-                accuracy_by_category=dict(rec.accuracy_by_category),
-                accuracy=rec.accuracy,
-                budget_tokens=min(budget, rec.max_tokens[Strategy.DEEPTHINK]),
-                budget_expected_tokens=budget_expected,
+                max_tokens=dict(mmlu.max_tokens),
+                expected_tokens=dict(mmlu.expected_tokens),
+                accuracy_by_category=dict(mmlu.accuracy_by_category),
+                accuracy=mmlu.accuracy,
+                budget_tokens=mmlu.budget_tokens,
+                budget_expected_tokens=mmlu.budget_expected_tokens,
+                tasks=cards,
             )
         )
     return PoolInfo(tuple(models))

@@ -68,3 +68,71 @@ def recorded_model(name: str) -> RecordedModel:
               for c in np.unique(task.categories)}
     return RecordedModel(name, r["pred"], correct, full, float(correct[train].mean()), by_cat,
                          max_tokens, expected)
+
+
+def family_strategy_tokens(full: np.ndarray | int, s: Strategy, family: str) -> np.ndarray | int:
+    """Output tokens under a strategy on a task family (assumption STRATEGY_LENGTH_BY_TASK)."""
+    frac, lo, hi = A.STRATEGY_LENGTH_BY_TASK[family][s]
+    return np.clip(np.round(np.asarray(full) * frac), lo, hi).astype(int)
+
+
+@dataclass(frozen=True)
+class RecordedTaskModel:
+    """One recorded model on one of the item families (GSM8K, MATH, HumanEval, MBPP), arrays
+    aligned with ``data.task_items(family)``: ``p_correct`` is 1/0 for a replayed greedy answer
+    (GSM8K, MATH) and the recorded pass@1 for code (NaN where not recorded); statistics on the
+    train split's recorded items."""
+
+    family: str
+    name: str
+    p_correct: np.ndarray
+    full_tokens: np.ndarray  # DeepThink answer length in tokens, per item
+    accuracy: float
+    max_tokens: dict[Strategy, int]
+    expected_tokens: dict[Strategy, float]
+
+    def length_budget(self, quantile: float) -> tuple[int, float]:
+        """(token cap, expected output tokens under it) at this quantile of train lengths."""
+        full = self.full_tokens[_train_recorded(self.family)]
+        cap = int(np.quantile(full, quantile))
+        return cap, float(np.minimum(full, cap).mean())
+
+
+def _train_recorded(family: str) -> np.ndarray:
+    items = data.task_items(family)
+    rec = items.get("recorded")
+    ok = np.ones(len(items["item_id"]), bool) if rec is None else np.asarray(rec, bool)
+    return (items["split"] == "train") & ok
+
+
+@lru_cache(maxsize=128)
+def recorded_task_model(family: str, name: str) -> RecordedTaskModel:
+    """The records of one model on an item family; ValueError if none are shipped."""
+    rec = data.task_outcomes(family)
+    if name not in rec:
+        raise ValueError(f"no recorded {family} answers for {name!r}")
+    r = rec[name]
+    train = _train_recorded(family)
+    if family in ("humaneval", "mbpp"):
+        p = np.asarray(r["pass_at_1"], float)
+        p = np.where(r["recorded"], p, np.nan)
+        chars = np.asarray(r["solution_chars"], float)
+        every = np.stack([np.asarray(o["solution_chars"], float) for o in rec.values()])
+        every = np.where(np.isnan(every).all(axis=0), np.nan,
+                         np.nansum(every, axis=0) / np.maximum(1, (~np.isnan(every)).sum(axis=0)))
+        chars = np.where(np.isnan(chars), every, chars)
+        chars = np.where(np.isnan(chars), np.nanmean(chars), chars)
+        full = np.ceil(chars / A.CODE_CHARS_PER_TOKEN).astype(int) + A.CODE_REASONING_TOKENS
+        acc = float(np.nanmean(p[train]))
+    else:
+        p = np.asarray(r["correct"], float)
+        full = np.maximum(8, np.ceil(np.asarray(r["output_words"]) * A.TOKENS_PER_WORD)
+                          ).astype(int)
+        acc = float(p[train].mean())
+    cap = int(np.quantile(full[train], A.MAX_TOKENS_QUANTILE))
+    length = A.STRATEGY_LENGTH_BY_TASK[family]
+    max_tokens = {Strategy.FLASH: length[Strategy.FLASH][2],
+                  Strategy.CONCISE: length[Strategy.CONCISE][2], Strategy.DEEPTHINK: cap}
+    expected = {s: float(np.minimum(family_strategy_tokens(full[train], s, family),
+                                    max_tokens[s]).mean()) for s in Strategy}
+    return RecordedTaskModel(family, name, p, full, acc, max_tokens, expected)

@@ -15,14 +15,17 @@ import ray
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from ray import serve
 
 from inframind_ray.config import PoolConfig
 from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR
 
-TASKS = ("mmlu_pro", "free")
+TASKS = ("mmlu_pro", "gsm8k", "math", "humaneval", "mbpp", "free")
+Task = Literal["mmlu_pro", "gsm8k", "math", "humaneval", "mbpp", "free"]
+CODE_TASKS = ("humaneval", "mbpp")
 MAX_QUERY_CHARS = 20_000
+MAX_ANSWER_CHARS = 50_000
 
 
 class QueryRequest(BaseModel):
@@ -30,18 +33,47 @@ class QueryRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     query: str | None = Field(None, max_length=MAX_QUERY_CHARS)
-    item_id: int | None = Field(None, ge=0, description="MMLU-Pro question id (graded)")
+    item_id: int | None = Field(None, ge=0, strict=True,
+                                description="item id within `task` (graded)")
     budget_s: float = Field(60.0, gt=0, description="latency budget in seconds")
-    task: Literal["mmlu_pro", "free"] | None = None
+    task: Task | None = Field(None, description="task family of item_id (default mmlu_pro), or "
+                              "of a free-text query's reference answer")
+    reference: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS,
+                                  description="grade a free-text query against this answer")
     policy: str | None = None
     query_id: str | None = Field(None, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
 
     @model_validator(mode="after")
     def _need_something(self) -> "QueryRequest":
-        if not self.item_id and self.item_id != 0 and not (self.query or "").strip():
+        if self.item_id is None and not (self.query or "").strip():
             raise ValueError("give a non-empty query or an item_id")
-        if self.task == "mmlu_pro" and self.item_id is None:
-            raise ValueError("task mmlu_pro needs an item_id")
+        if self.task not in (None, "free") and self.item_id is None and self.reference is None:
+            raise ValueError(f"task {self.task} needs an item_id (or a query with a reference)")
+        if self.item_id is not None and self.task == "free":
+            raise ValueError("task free takes no item_id")
+        if self.reference is not None and self.item_id is not None:
+            raise ValueError("give a reference or an item_id, not both")
+        if self.reference is not None and self.task in CODE_TASKS:
+            raise ValueError(f"grading free-text {self.task} code needs an item's tests: give "
+                             "its item_id instead of a reference")
+        return self
+
+
+class GradeRequest(BaseModel):
+    """POST /v1/grade: grade an answer to a benchmark item with the family's real grader."""
+
+    model_config = ConfigDict(extra="forbid")
+    task: Task = Field(description="task family")
+    item_id: int | None = Field(None, ge=0, strict=True)
+    answer: str = Field(max_length=MAX_ANSWER_CHARS, description="a response or a program")
+    reference: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
+
+    @model_validator(mode="after")
+    def _item_or_reference(self) -> "GradeRequest":
+        if (self.item_id is None) == (self.reference is None):
+            raise ValueError("give exactly one of item_id and reference")
+        if self.reference is not None and self.task in CODE_TASKS:
+            raise ValueError(f"grading {self.task} code needs an item's tests: give its item_id")
         return self
 
 
@@ -59,7 +91,9 @@ class ChatRequest(BaseModel):
     model: str = "inframind"
     messages: list[ChatMessage] = Field(min_length=1)
     budget_s: float = Field(60.0, gt=0)
-    item_id: int | None = Field(None, ge=0)
+    item_id: int | None = Field(None, ge=0, strict=True)
+    task: Task | None = None
+    reference: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
     policy: str | None = None
 
 
@@ -148,6 +182,10 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
                 return _error(422, f"budget_s: must be <= {max_budget:g} s")
             return _reply(await _call(self.orchestrator.query.remote(body.model_dump())))
 
+        @app.post("/v1/grade")
+        async def grade(self, body: GradeRequest) -> JSONResponse:
+            return _reply(await _call(self.orchestrator.grade.remote(body.model_dump())))
+
         @app.post("/v1/chat/completions")
         async def chat(self, body: ChatRequest) -> JSONResponse:
             if body.budget_s > max_budget:
@@ -157,9 +195,13 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
             users = [m.content for m in body.messages if m.role == "user"]
             if not users or not users[-1].strip():
                 return _error(422, "messages: need a non-empty user message")
-            out = await _call(self.orchestrator.query.remote({
-                "query": users[-1], "item_id": body.item_id, "budget_s": body.budget_s,
-                "policy": body.policy}))
+            try:
+                payload = QueryRequest(query=users[-1], item_id=body.item_id,
+                                       budget_s=body.budget_s, task=body.task,
+                                       reference=body.reference, policy=body.policy)
+            except ValidationError as e:
+                return _error(422, str(e.errors()[0]["msg"]).removeprefix("Value error, "))
+            out = await _call(self.orchestrator.query.remote(payload.model_dump()))
             if out.get("http_status", 200) >= 400:
                 return _reply(out)
             content = out.get("text") or ""

@@ -36,6 +36,7 @@ class ServeBackend:
             strategy=call.strategy.value,
             kind=call.node.kind.value,
             item_id=call.query.item_id,
+            task=call.query.task,
             upstream_answers=tuple(u.answer for u in ups),
             prompt_tokens_hint=prompt_tokens(call.query, call.strategy, up_tokens),
             upstream_tokens=up_tokens,

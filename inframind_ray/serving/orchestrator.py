@@ -28,7 +28,7 @@ from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
 from inframind_ray.serving.tracing import Tracing
 from inframind_ray.tasks.base import free_text_prompt_tokens
-from inframind_ray.tasks.mmlu_pro import mmlu_pro
+from inframind_ray.tasks.registry import family
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,6 @@ class Orchestrator:
     def __init__(self, pool_cfg: dict, app_name: str = APP_NAME) -> None:
         self.cfg = PoolConfig.model_validate(pool_cfg)
         self.app_name = app_name
-        self.task = mmlu_pro()  # items of item_id queries, and their grader
         self.pool_info = build_pool_info(self.cfg)
         s = self.cfg.serving
         self.loads = LoadView(self.pool_info.names, clock=WALL_CLOCK,
@@ -137,18 +136,59 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ queries
     def _query_info(self, payload: dict, arrival: float) -> QueryInfo:
-        """A benchmark item's query from the task family, or a free-text query."""
+        """A benchmark item's query from its task family (MMLU-Pro unless ``task`` names
+        another), or a free-text query (its ``task`` says how a ``reference`` grades it)."""
         item_id = payload.get("item_id")
         text = payload.get("query") or ""
         query_id = payload.get("query_id") or uuid.uuid4().hex[:12]
         budget = float(payload["budget_s"])
+        task = payload.get("task") or ("mmlu_pro" if item_id is not None else "free")
         if item_id is None:
             return QueryInfo(query_id=query_id, text=text, budget_s=budget, arrival_s=arrival,
-                             prompt_tokens=free_text_prompt_tokens(text))
+                             prompt_tokens=free_text_prompt_tokens(text), task=task)
         try:
-            return self.task.query(item_id, query_id, budget, arrival, text=text or None)
-        except KeyError as e:
+            return family(task).query(item_id, query_id, budget, arrival, text=text or None)
+        except (KeyError, ValueError) as e:
             raise UserError(str(e).strip("'\"")) from None
+
+    @staticmethod
+    def _grade(q: QueryInfo, text: str | None, reference: str | None) -> bool | None:
+        """The family's real grader on the final response (code runs in the sandbox): against
+        the item, or against a free-text query's reference; None when there is nothing to grade
+        against."""
+        from inframind_ray.grading import grade
+
+        if q.item_id is not None:
+            return family(q.task).grade(q.item_id, text)
+        if reference is None:
+            return None
+        task = q.task if q.task not in ("free", None) else "math"  # answer equivalence
+        return grade(task, text, {"reference": reference}).correct
+
+    async def grade(self, payload: dict) -> dict:
+        """``POST /v1/grade``: an answer graded by the family's real grader; a code answer that
+        does not parse is the client's error (400)."""
+        from inframind_ray.grading import GradingInputError, check_syntax, grade
+
+        task, item_id, answer = payload["task"], payload.get("item_id"), payload["answer"]
+        loop = asyncio.get_running_loop()
+        try:
+            if task in ("humaneval", "mbpp"):
+                check_syntax(family(task).extract(answer) or answer)
+            if item_id is not None:
+                fam = family(task)
+                item = fam.item(item_id)
+                res = await loop.run_in_executor(None, grade, task, answer, item)
+            else:
+                res = await loop.run_in_executor(
+                    None, grade, "math" if task == "free" else task, answer,
+                    {"reference": payload["reference"]})
+        except GradingInputError as e:
+            return {"http_status": 400, "error": str(e)}
+        except (KeyError, ValueError) as e:
+            return {"http_status": 400, "error": str(e).strip("'\"")}
+        return {"task": task, "item_id": item_id, "correct": res.correct,
+                "extracted": res.extracted, "detail": res.detail}
 
     async def query(self, payload: dict) -> dict:
         """Answer one query end to end, on the wall clock (arrival and deadline are epoch
@@ -171,21 +211,24 @@ class Orchestrator:
                     "query_id": q.query_id, "policy": policy.name, "budget_s": q.budget_s}):
                 res = await run_query(q, policy, self._backend(), self.loads.system_state,
                                       abort_on_deadline=True, clock=WALL_CLOCK)
+            final = res.steps[-1].text if res.steps[-1].status.ok else None
+            correct = await asyncio.get_running_loop().run_in_executor(
+                None, self._grade, res.query, final, payload.get("reference"))
         finally:
             self.inflight -= 1
         self.served += 1
-        return self._respond(res, policy.name)
+        return self._respond(res, policy.name, correct)
 
-    def _respond(self, res: QueryResult, policy: str) -> dict:
+    def _respond(self, res: QueryResult, policy: str, correct: bool | None) -> dict:
         q = res.query
-        correct = None if q.item_id is None else self.task.grade(q.item_id, res.answer)
         final = res.steps[-1]
         http = 200
         if res.status is RequestStatus.OVERLOADED:
             http = 503
         graph = build_graph(res.plan)
         out = {
-            "http_status": http, "query_id": q.query_id, "status": res.status.api,
+            "http_status": http, "query_id": q.query_id, "task": q.task,
+            "item_id": q.item_id, "status": res.status.api,
             "answer": res.answer, "text": final.text, "correct": correct,
             "latency_s": round(res.latency, 4), "budget_s": q.budget_s,
             "within_budget": res.within_budget, "policy": policy,
@@ -201,7 +244,7 @@ class Orchestrator:
             out["retry_after"] = 1
             out["error"] = "a model replica is overloaded"
         self.records.add("queries", {
-            "query_id": q.query_id, "item_id": q.item_id, "policy": policy,
+            "query_id": q.query_id, "task": q.task, "item_id": q.item_id, "policy": policy,
             "arrival_epoch": q.arrival_s,
             "budget_s": q.budget_s, "latency_s": res.latency, "status": res.status.api,
             "answer": res.answer, "correct": correct, "within_budget": res.within_budget,

@@ -1,7 +1,7 @@
 """What a task family offers the rest of the system: its items, their prompt facts, a grader.
 
-MMLU-Pro (``tasks/mmlu_pro.py``) is the one family today; GSM8K, MATH or code families would sit
-beside it and implement the same protocol.
+MMLU-Pro (``tasks/mmlu_pro.py``) and GSM8K, MATH level 5, HumanEval and MBPP (``tasks/items.py``)
+implement it; ``tasks/registry.py`` finds them by name.
 """
 
 from __future__ import annotations
@@ -39,6 +39,18 @@ class TaskFamily(Protocol):
 
     def grade(self, item_id: int, answer: str | None) -> bool:
         """Whether a response (or its extracted answer) is correct for the item."""
+        ...
+
+    def extract(self, text: str | None) -> str | None:
+        """The answer a response gives (a letter, a number, an expression, a program)."""
+        ...
+
+    def item(self, item_id: int) -> dict:
+        """The item as its grader reads it (``reference`` and the family's own fields)."""
+        ...
+
+    def text(self, item_id: int) -> str:
+        """The item as an agent is asked it."""
         ...
 
 

@@ -19,6 +19,7 @@ class MMLUPro:
     instance. Arrays are aligned with the rows of ``data.questions()``."""
 
     name = "mmlu_pro"
+    extract = staticmethod(extract_answer)  # the option letter of a response
 
     def __init__(self) -> None:
         q = data.questions()
@@ -89,6 +90,13 @@ class MMLUPro:
             fewshot_tokens=int(self.fewshot_tokens[i]),
             embedding=embedding,
         )
+
+    def item(self, item_id: int) -> dict:
+        """The item as the grader reads it: its text and answer letter (``reference``)."""
+        i = self.index(item_id)
+        return {"item_id": int(item_id), "text": self.text(item_id),
+                "reference": str(self.answers[i]), "category": str(self.categories[i]),
+                "split": str(self.splits[i])}
 
     def is_correct(self, item_id: int, letter: str | None) -> bool:
         """Whether an option letter is the item's answer."""

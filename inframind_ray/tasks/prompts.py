@@ -1,17 +1,14 @@
-"""Prompt templates per role, strategy and node kind, strategy token caps, and answer extraction.
+"""Prompt templates per task family, role, strategy and node kind, and MMLU-Pro's answer format.
 
 One place for all of it: real engines get these prompts; the twin's engine answers in the same
-format so the same extractor grades both.
+format so the same extractor grades both. Each family's answer extraction and grader live in
+``inframind_ray.grading``.
 """
 
 from __future__ import annotations
 
-import re
-
 from inframind_ray.core.strategy import Strategy
-
-LETTERS = "ABCDEFGHIJ"
-
+from inframind_ray.grading.letter import LETTERS, extract_letter
 
 STRATEGY_INSTRUCTIONS = {
     Strategy.FLASH: "Answer directly with the letter of the correct option and nothing else.",
@@ -27,6 +24,22 @@ KIND_INSTRUCTIONS = {
 
 ANSWER_FORMAT = 'End with "The answer is (X)" where X is the option letter.'
 
+# Per task family: (Flash instruction, answer format). Concise and DeepThink read the same for
+# every family (STRATEGY_INSTRUCTIONS).
+FAMILY_FORMATS = {
+    "mmlu_pro": (STRATEGY_INSTRUCTIONS[Strategy.FLASH], ANSWER_FORMAT),
+    "gsm8k": ("Answer directly with the final number and nothing else.",
+              'End with "The answer is N" where N is the final number.'),
+    "math": ("Answer directly with the final answer and nothing else.",
+             "Put the final answer in \\boxed{}."),
+    "humaneval": ("Write the complete function directly, without explanation.",
+                  "Give the complete Python function in one ```python code block."),
+    "mbpp": ("Write the function directly, without explanation.",
+             "Give the complete Python code in one ```python code block."),
+    "free": ("Answer directly and briefly.",
+             'End with "The answer is X" where X is your final answer.'),
+}
+
 
 def format_question(question: str, options: list[str] | tuple[str, ...]) -> str:
     """Question plus lettered options."""
@@ -40,12 +53,14 @@ def build_prompt(
     kind: str,
     strategy: Strategy,
     upstream: list[str] | tuple[str, ...] = (),
+    task: str = "mmlu_pro",
 ) -> str:
-    """The full prompt of one agent call."""
+    """The full prompt of one agent call on a task family's item (or free text)."""
+    flash, answer_format = FAMILY_FORMATS.get(task, FAMILY_FORMATS["mmlu_pro"])
     parts = [
         f"You are the {role} in a team of AI agents. {KIND_INSTRUCTIONS[kind]}",
-        STRATEGY_INSTRUCTIONS[strategy],
-        ANSWER_FORMAT,
+        flash if strategy is Strategy.FLASH else STRATEGY_INSTRUCTIONS[strategy],
+        answer_format,
         f"Question:\n{question_text}",
     ]
     for i, text in enumerate(upstream):
@@ -53,21 +68,7 @@ def build_prompt(
     return "\n\n".join(parts)
 
 
-_ANSWER_RE = re.compile(r"answer is \(?([A-J])\)?", re.IGNORECASE)
-_FALLBACK_RE = re.compile(r"\b([A-J])\b")
-
-
-def extract_answer(text: str | None) -> str | None:
-    """The option letter of a response ("The answer is (X)", else a lone letter), or None."""
-    if not text:
-        return None
-    m = _ANSWER_RE.findall(text)
-    if m:
-        return m[-1].upper()
-    stripped = text.strip().strip(".()").upper()
-    if len(stripped) == 1 and stripped in LETTERS:
-        return stripped
-    return None
+extract_answer = extract_letter  # the MMLU-Pro letter of a response (grading/letter.py)
 
 
 def format_answer(letter: str | None, body: str = "") -> str:

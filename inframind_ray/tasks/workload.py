@@ -1,4 +1,5 @@
-"""Workload: real MMLU-Pro items from one split, arrivals (Poisson or replayed trace), budgets."""
+"""Workload: real benchmark items from one split (MMLU-Pro, or a stated mix of task families),
+arrivals (Poisson or replayed trace), budgets."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from inframind_ray.core.types import QueryInfo
 from inframind_ray.errors import ConfigError
 from inframind_ray.tasks.base import TaskFamily
 from inframind_ray.tasks.mmlu_pro import mmlu_pro
+from inframind_ray.tasks.registry import family
 
 SPLITS = ("train", "val", "test")
+MMLU_ONLY = (("mmlu_pro", 1.0),)
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class WorkloadSpec:
     split: str = "test"
     budget_range_s: tuple[float, float] = A.BUDGET_RANGE_S
     seed: int = 0
+    tasks: tuple[tuple[str, float], ...] = MMLU_ONLY  # (family, share of the queries)
 
     def __post_init__(self) -> None:
         # the arrival stream is keyed on the rate's text: 300 and 300.0 must be the same rate
@@ -39,6 +43,15 @@ class WorkloadSpec:
             raise ConfigError("rate", f"must be > 0 req/min, got {self.rate_per_min}")
         if self.n_queries < 1:
             raise ConfigError("queries", f"must be >= 1, got {self.n_queries}")
+        if not self.tasks:
+            raise ConfigError("tasks", "names no task family")
+        for t, share in self.tasks:
+            try:
+                family(t)
+            except ValueError as e:
+                raise ConfigError("tasks", str(e)) from None
+            if not share > 0:
+                raise ConfigError("mix", f"share of {t} must be > 0, got {share}")
         if self.split not in SPLITS:
             raise ConfigError("split", f"must be one of {', '.join(SPLITS)}, got {self.split!r}")
         lo, hi = self.budget_range_s
@@ -64,7 +77,7 @@ def split_items(split: str, task: TaskFamily | None = None) -> np.ndarray:
 
 
 def sample_items(spec: WorkloadSpec) -> np.ndarray:
-    """``n_queries`` distinct question ids of the split (seeded)."""
+    """``n_queries`` distinct MMLU-Pro question ids of the split (seeded)."""
     ids = split_items(spec.split)
     if len(ids) == 0:
         raise ConfigError("split", f"split {spec.split!r} is empty")
@@ -73,6 +86,36 @@ def sample_items(spec: WorkloadSpec) -> np.ndarray:
             "queries", f"{spec.n_queries} exceeds the {len(ids)} items of split {spec.split!r}"
         )
     return _rng(spec.seed, "items", spec.split).choice(ids, size=spec.n_queries, replace=False)
+
+
+def family_counts(spec: WorkloadSpec) -> dict[str, int]:
+    """Queries per family: the shares of ``n_queries``, rounded by largest remainder."""
+    raw = {t: share * spec.n_queries for t, share in spec.tasks}
+    counts = {t: int(np.floor(v)) for t, v in raw.items()}
+    left = spec.n_queries - sum(counts.values())
+    for t in sorted(raw, key=lambda t: (counts[t] - raw[t], t))[:left]:
+        counts[t] += 1
+    return counts
+
+
+def sample_task_items(spec: WorkloadSpec) -> list[tuple[str, int]]:
+    """(family, item id) of every query, in arrival order (seeded; the same for every policy
+    and rate). MMLU-Pro alone draws as :func:`sample_items`. In a mix each family draws its
+    share from its split's replayable items without replacement, and again from the start of
+    a fresh permutation where the split has fewer items than the share (small code splits)."""
+    if spec.tasks == MMLU_ONLY:
+        return [("mmlu_pro", int(i)) for i in sample_items(spec)]
+    out: list[tuple[str, int]] = []
+    for t, n in family_counts(spec).items():
+        ids = family(t).split_ids(spec.split)
+        if len(ids) == 0:
+            raise ConfigError("split", f"split {spec.split!r} of {t} has no items")
+        rng = _rng(spec.seed, "items", spec.split, t)
+        reps = -(-n // len(ids))
+        drawn = np.concatenate([rng.permutation(ids) for _ in range(reps)])[:n]
+        out += [(t, int(i)) for i in drawn]
+    order = _rng(spec.seed, "order", spec.split).permutation(len(out))
+    return [out[i] for i in order]
 
 
 def arrival_times(spec: WorkloadSpec) -> np.ndarray:
@@ -96,12 +139,13 @@ def budgets(spec: WorkloadSpec) -> np.ndarray:
     return _rng(spec.seed, "budgets").uniform(lo, hi, size=spec.n_queries)
 
 
-def make_queries(spec: WorkloadSpec, task: TaskFamily | None = None) -> list[QueryInfo]:
-    """The full query list of one run (arrival_s relative to the run's start), MMLU-Pro items
-    unless ``task`` names another family."""
+def make_queries(spec: WorkloadSpec) -> list[QueryInfo]:
+    """The full query list of one run (arrival_s relative to the run's start)."""
     spec.validate()
-    task = task or mmlu_pro()
-    items, times, buds = sample_items(spec), arrival_times(spec), budgets(spec)
-    return [task.query(int(item), f"q{n:05d}-{int(item)}", float(b), float(t),
-                       embedding=task.embedding(int(item)))
-            for n, (item, t, b) in enumerate(zip(items, times, buds, strict=True))]
+    items, times, buds = sample_task_items(spec), arrival_times(spec), budgets(spec)
+    out = []
+    for n, ((t, item), at, b) in enumerate(zip(items, times, buds, strict=True)):
+        fam = family(t)
+        qid = f"q{n:05d}-{item}" if t == "mmlu_pro" else f"q{n:05d}-{t}-{item}"
+        out.append(fam.query(item, qid, float(b), float(at), embedding=fam.embedding(item)))
+    return out

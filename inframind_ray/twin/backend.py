@@ -29,7 +29,7 @@ class TwinBackend:
         ups = [u for u in call.upstream if u.status.ok]
         text_ok, tokens = self.outcome.reply(q.item_id, call.model, call.strategy, call.node.kind,
                                              [u.answer for u in ups], call.max_tokens,
-                                             call.sample)
+                                             call.sample, q.task, q.query_id)
         prompt_tokens = prompt_tokens_of(q, call.strategy, sum(u.output_tokens for u in ups))
         req = EngineRequest(f"{q.query_id}/{call.node.id}/{next(self._ids)}", prompt_tokens, tokens,
                             deadline=call.deadline)

@@ -5,9 +5,8 @@ inputs) always gives the same answer, whatever the order of events."""
 
 from __future__ import annotations
 
-import hashlib
-from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,25 +17,16 @@ from inframind_ray.core.topology import NodeKind
 from inframind_ray.pools.recorded import recorded_model, strategy_tokens
 from inframind_ray.tasks.mmlu_pro import mmlu_pro
 from inframind_ray.tasks.prompts import LETTERS, format_answer
+from inframind_ray.twin.keys import plurality, uniform
 
 SIMULATED_TEXT = ("[twin engine: a simulated response; the twin replays recorded answers for "
-                  "MMLU-Pro benchmark items only]")
+                  "benchmark items only]")
 
 
-def _u(*keys: object) -> float:
-    """A deterministic uniform number in [0, 1) from the keys."""
-    h = hashlib.blake2b(repr(keys).encode(), digest_size=8).digest()
-    return int.from_bytes(h, "little") / 2.0**64
+if TYPE_CHECKING:
+    from inframind_ray.twin.item_outcome import ItemReplay
 
-
-def plurality(letters: Sequence[str], prefer: str | None = None) -> str | None:
-    """Most common letter; ties go to ``prefer`` if tied, else to the earliest in ``letters``."""
-    if not letters:
-        return None
-    counts = Counter(letters)
-    top = max(counts.values())
-    tied = [x for x in letters if counts[x] == top]
-    return prefer if prefer in tied else tied[0]
+_u = uniform
 
 
 class OutcomeModel:
@@ -47,8 +37,12 @@ class OutcomeModel:
     lengths and statistics from ``pools/recorded.py``.
     """
 
-    def __init__(self, recorded_of: Mapping[str, str], seed: int = 0) -> None:
+    def __init__(self, recorded_of: Mapping[str, str], seed: int = 0,
+                 family_records: Mapping[str, Mapping[str, str]] | None = None) -> None:
         rec = data.outcomes()
+        # the other task families: {family: {pool model: recorded model}}, replayed on demand
+        self._family_records = {f: dict(r) for f, r in (family_records or {}).items()}
+        self._families: dict[str, ItemReplay] = {}
         unknown = [r for r in recorded_of.values() if r not in rec]
         if unknown:
             raise ValueError(f"no recorded answers for {unknown}")
@@ -60,6 +54,28 @@ class OutcomeModel:
                        for m, r in self._rec.items()}
         self.max_tokens = {m: r.max_tokens for m, r in self._rec.items()}
         self.expected_tokens = {m: r.expected_tokens for m, r in self._rec.items()}
+
+    @classmethod
+    def for_models(cls, models: Sequence, seed: int = 0) -> OutcomeModel:
+        """The outcome model of pool models (``config.ModelConfig``): each replays its own
+        records of every family, or the stand-in its pool entry names."""
+        fams = {f: {m.name: r for m in models if (r := m.recorded_for(f)) is not None}
+                for f in data.TASK_FAMILIES}
+        return cls({m.name: m.recorded for m in models}, seed, fams)
+
+    def family(self, task: str) -> ItemReplay:
+        """The replay of an item family; ValueError naming models without records for it."""
+        if task not in self._families:
+            recs = self._family_records.get(task, {})
+            missing = [m for m in self._rec if m not in recs]
+            if missing:
+                raise ValueError(
+                    f"no recorded {task} answers for pool model(s) {', '.join(missing)}: name a "
+                    f"stand-in in the pool file (stand_ins: {{{task}: MODEL}})")
+            from inframind_ray.twin.item_outcome import ItemReplay  # loads the graders
+
+            self._families[task] = ItemReplay(task, recs, self.seed)
+        return self._families[task]
 
     # ------------------------------------------------------------------ lookups
     def index(self, item_id: int) -> int:
@@ -77,8 +93,10 @@ class OutcomeModel:
         """Recorded step-by-step answer lengths (tokens) of a pool model, per MMLU-Pro row."""
         return self._rec[model].full_tokens
 
-    def is_correct(self, item_id: int, letter: str | None) -> bool:
-        """Grade a letter against the item's answer."""
+    def is_correct(self, item_id: int, letter: str | None, task: str = "mmlu_pro") -> bool:
+        """Grade an extracted answer (MMLU-Pro: a letter) against the item's answer."""
+        if task != "mmlu_pro":
+            return self.family(task).is_correct(item_id, letter)
         return self.task.is_correct(item_id, letter)
 
     def sample(self, model: str, item_id: int, k: int = 0) -> tuple[str | None, bool, int]:
@@ -131,9 +149,17 @@ class OutcomeModel:
         upstream: Sequence[str | None],
         max_tokens: int,
         sample: int = 0,
+        task: str = "mmlu_pro",
+        query: str = "",
     ) -> tuple[str, int]:
         """(response text, output tokens) of one agent call, cut at ``max_tokens`` (a truncated
         answer says nothing). Free text (no item) gets a line saying it is simulated."""
+        if item_id is not None and task != "mmlu_pro":
+            fam = self.family(task)
+            text, tokens = fam.respond(item_id, model, strategy, kind, upstream, sample, query)
+            if text is None or tokens > max_tokens:
+                return format_answer(None), min(tokens, max_tokens)
+            return text, tokens
         if item_id is not None:
             letter, tokens = self.respond(item_id, model, strategy, kind, upstream, sample)
             text = format_answer(letter)
@@ -143,8 +169,12 @@ class OutcomeModel:
             return format_answer(None), max_tokens
         return text, tokens
 
-    def would_be_correct(self, item_id: int | None, model: str, strategy: Strategy) -> bool:
-        """Whether a lone agent (model, strategy) answers the item right (the oracle's view)."""
+    def would_be_correct(self, item_id: int | None, model: str, strategy: Strategy,
+                         task: str = "mmlu_pro", query: str = "") -> bool:
+        """Whether a lone agent (model, strategy) answers the item right (the oracle's view;
+        ``query``: the query id, on which code draws depend)."""
+        if item_id is not None and task != "mmlu_pro":
+            return self.family(task).would_be_correct(item_id, model, strategy, query)
         return item_id is not None and self.is_correct(
             item_id, self.strategy_answer(item_id, model, strategy)[0])
 

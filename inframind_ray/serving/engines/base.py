@@ -32,6 +32,7 @@ class GenerateRequest:
     strategy: str = "deepthink"
     kind: str = "solver"
     item_id: int | None = None
+    task: str = "mmlu_pro"
     upstream_answers: tuple[str | None, ...] = ()
     prompt_tokens_hint: int | None = None
     upstream_tokens: int = 0

@@ -23,8 +23,9 @@ from inframind_ray.twin.outcome import OutcomeModel
 def recorded_oracle(cfg: PoolConfig) -> Callable[[QueryInfo, str, Strategy], bool]:
     """The ``oracle`` policy's hook on a served pool: whether a lone agent (model, strategy)
     answers the query's item right, as the twin engines replay it (False for free text)."""
-    outcome = OutcomeModel({m.name: m.recorded for m in cfg.models})
-    return lambda q, model, strategy: outcome.would_be_correct(q.item_id, model, strategy)
+    outcome = OutcomeModel.for_models(cfg.models)
+    return lambda q, model, strategy: outcome.would_be_correct(q.item_id, model, strategy, q.task,
+                                                               q.query_id)
 
 
 class WallClockTwinEngine(Engine):
@@ -36,7 +37,7 @@ class WallClockTwinEngine(Engine):
         s = spec.time_scale
         self.name = model.name
         self.capacity = model.max_num_seqs
-        self.outcome = OutcomeModel({model.name: model.recorded}, seed=seed)
+        self.outcome = OutcomeModel.for_models([model], seed=seed)
         self.engine = TwinEngine(model.name, hw.profile.scaled(1 / s, 1 / s),
                                  max_num_seqs=model.max_num_seqs,
                                  kv_capacity_tokens=hw.kv_capacity,
@@ -48,7 +49,8 @@ class WallClockTwinEngine(Engine):
         t0 = loop.time()
         text, tokens = self.outcome.reply(req.item_id, self.name, Strategy(req.strategy),
                                           NodeKind(req.kind), req.upstream_answers, req.max_tokens,
-                                          req.sample)
+                                          req.sample, req.task,
+                                          req.request_id.partition("/")[0])
         prompt = req.prompt_tokens_hint or tokens_for_words(len(req.prompt.split()))
         ereq = EngineRequest(req.request_id, prompt, max(1, tokens),
                              deadline=loop_time_at(req.deadline))

@@ -108,6 +108,7 @@ class VLLMEngine(Engine):
         enforce_eager: bool = True,
         ignore_eos: bool = False,
         use_chat_template: bool = False,
+        max_output_tokens: int | None = None,
         cpu_threads_bind: str | None = None,
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
@@ -120,6 +121,7 @@ class VLLMEngine(Engine):
         self.enforce_eager = enforce_eager
         self.ignore_eos = ignore_eos
         self.use_chat_template = use_chat_template
+        self.max_output_tokens = max_output_tokens
         self.cpu_threads_bind = cpu_threads_bind
         self.engine_kwargs = dict(engine_kwargs or {})
         self.epoch = time.time()  # priorities are ms from here, so they stay small
@@ -138,6 +140,8 @@ class VLLMEngine(Engine):
             kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
             dtype=spec.dtype,
             ignore_eos=spec.ignore_eos,
+            use_chat_template=spec.chat_template,
+            max_output_tokens=spec.max_output_tokens,
             cpu_threads_bind=spec.env.get("VLLM_CPU_OMP_THREADS_BIND"),
             engine_kwargs=spec.engine_kwargs,
         )
@@ -207,7 +211,7 @@ class VLLMEngine(Engine):
             return GenerateResult(req.request_id, RequestStatus.DEADLINE,
                                   detail="deadline passed before start")
         params = SamplingParams(
-            max_tokens=req.max_tokens,
+            max_tokens=min(req.max_tokens, self.max_output_tokens or req.max_tokens),
             temperature=0.0,
             ignore_eos=self.ignore_eos,
             output_kind=RequestOutputKind.DELTA,
