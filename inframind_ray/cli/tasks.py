@@ -24,7 +24,7 @@ def grade(
     """Grade one answer with a task family's real grader; exit 0 if correct, 1 if not."""
     import sys
 
-    from inframind_ray.grading import GradingInputError, check_syntax
+    from inframind_ray.grading import GradingInputError
     from inframind_ray.grading import grade as grade_answer
     from inframind_ray.tasks.registry import FAMILIES, family
 
@@ -45,12 +45,9 @@ def grade(
             raise ConfigError("answer-file", f"no such file: {answer_file}")
         else:
             answer = answer_file.read_text(errors="replace")
-    fam = family(task)
     try:
-        if code:
-            check_syntax(fam.extract(answer) or answer)
-        item = fam.item(item_id) if item_id is not None else {"reference": reference}
-        res = grade_answer(task, answer, item)
+        item = family(task).item(item_id) if item_id is not None else {"reference": reference}
+        res = grade_answer(task, answer, item, strict=True)
     except GradingInputError as e:
         raise ConfigError("answer", str(e)) from None
     except KeyError as e:

@@ -168,26 +168,24 @@ class Orchestrator:
     async def grade(self, payload: dict) -> dict:
         """``POST /v1/grade``: an answer graded by the family's real grader; a code answer that
         does not parse is the client's error (400)."""
-        from inframind_ray.grading import GradingInputError, check_syntax, grade
+        from functools import partial
+
+        from inframind_ray.grading import GradingInputError, grade
 
         task, item_id, answer = payload["task"], payload.get("item_id"), payload["answer"]
-        loop = asyncio.get_running_loop()
         try:
-            if task in ("humaneval", "mbpp"):
-                check_syntax(family(task).extract(answer) or answer)
             if item_id is not None:
-                fam = family(task)
-                item = fam.item(item_id)
-                res = await loop.run_in_executor(None, grade, task, answer, item)
+                item = family(task).item(item_id)
             else:
-                res = await loop.run_in_executor(
-                    None, grade, "math" if task == "free" else task, answer,
-                    {"reference": payload["reference"]})
+                task = "math" if task == "free" else task  # answer equivalence
+                item = {"reference": payload["reference"]}
+            res = await asyncio.get_running_loop().run_in_executor(
+                None, partial(grade, task, answer, item, strict=True))
         except GradingInputError as e:
             return {"http_status": 400, "error": str(e)}
         except (KeyError, ValueError) as e:
             return {"http_status": 400, "error": str(e).strip("'\"")}
-        return {"task": task, "item_id": item_id, "correct": res.correct,
+        return {"task": payload["task"], "item_id": item_id, "correct": res.correct,
                 "extracted": res.extracted, "detail": res.detail}
 
     async def query(self, payload: dict) -> dict:
