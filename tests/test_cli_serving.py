@@ -47,14 +47,19 @@ def test_serve_query_load_roundtrip(tmp_path):
                            capture_output=True, text=True, timeout=120, env=kenv)
         assert r.returncode == 0, r.stderr
         assert "correct=" in r.stdout and "node 0" in r.stdout
+        r = subprocess.run([*CLI, "query", "--task", "gsm8k", "--item-id", "3", "--url", url],
+                           capture_output=True, text=True, timeout=120, env=kenv)
+        assert r.returncode == 0 and "correct=" in r.stdout, r.stderr
         out = tmp_path / "load.json"
         r = subprocess.run([*CLI, "load", "--rate", "120", "--duration", "6", "--url", url,
-                            "--out", str(out)], capture_output=True, text=True, timeout=300,
-                           env=kenv)
+                            "--mix", "gsm8k=0.5,mmlu_pro=0.5", "--out", str(out)],
+                           capture_output=True, text=True, timeout=300, env=kenv)
         assert r.returncode == 0, r.stderr
         doc = json.loads(out.read_text())
         assert doc["summary"]["sent"] == len(doc["records"]) > 3
         assert doc["summary"]["http_200"] == doc["summary"]["sent"]
+        assert {x["task"] for x in doc["records"]} == {"gsm8k", "mmlu_pro"}
+        assert set(doc["summary"]["goodput_by_task"]) == {"gsm8k", "mmlu_pro"}
         r = subprocess.run([*CLI, "load", "--url", "http://10.1.2.3:8000", "--duration", "1"],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and "loopback" in r.stderr

@@ -112,17 +112,22 @@ def load(
     duration: Annotated[float, typer.Option(help="seconds of arrivals")] = LoadSpec.duration_s,
     policy: Annotated[str | None, typer.Option(help="policy to request")] = LoadSpec.policy,
     seed: Annotated[int, typer.Option()] = LoadSpec.seed,
+    mix: Annotated[str, typer.Option(
+        help="task families and shares, e.g. gsm8k=0.4,mmlu_pro=0.3,math=0.1,humaneval=0.1,"
+             "mbpp=0.1 (bench --mix syntax)")] = "mmlu_pro",
     url: Annotated[str, typer.Option(help="API base URL (loopback only)")] = DEFAULT_URL,
     out: Annotated[Path | None, typer.Option(help="write the summary JSON here")] = None,
     api_key: Annotated[str | None, typer.Option(envvar="INFRAMIND_API_KEY")] = None,
 ) -> None:
-    """Bounded Poisson load of test-split MMLU-Pro items against the HTTP API (loopback only)."""
+    """Bounded Poisson load of test-split items (MMLU-Pro, or a mix of task families) against
+    the HTTP API (loopback only)."""
     import asyncio
     import json
 
     from inframind_ray.serving.loadgen import run_load
+    from inframind_ray.tasks.registry import parse_mix
 
-    spec = LoadSpec(rate, duration, seed, policy)
+    spec = LoadSpec(rate, duration, seed, policy, tasks=tuple(parse_mix(mix).items()))
     with console.status(f"{rate:g} req/min for {duration:g} s"):
         res = asyncio.run(run_load(url, spec, api_key=api_key))
     summary = res.summary()

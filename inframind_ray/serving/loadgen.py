@@ -14,7 +14,7 @@ import numpy as np
 
 from inframind_ray import assumptions as A
 from inframind_ray.errors import ConfigError
-from inframind_ray.tasks.workload import WorkloadSpec, budgets, sample_items
+from inframind_ray.tasks.workload import MMLU_ONLY, WorkloadSpec, budgets, sample_task_items
 
 MAX_QUERIES = 20_000
 
@@ -63,13 +63,19 @@ class LoadResult:
             "calls_per_query": round(float(np.mean([x.get("n_steps", 0) for x in ok]))
                                      if ok else 0.0, 2),
             "wall_s": round(self.wall_s, 2),
+            "goodput_by_task": {
+                t: round(sum(bool(x.get("correct")) and bool(x.get("within_budget"))
+                             for x in ok if x["task"] == t)
+                         / max(1, sum(x["task"] == t for x in r)), 4)
+                for t in dict.fromkeys(x["task"] for x in r)},
         }
 
 
 @dataclass(frozen=True)
 class LoadSpec:
-    """One bounded load run: Poisson arrivals of MMLU-Pro items of ``split`` for ``duration_s``
-    seconds, then at most ``drain_s`` more seconds waiting for the answers."""
+    """One bounded load run: Poisson arrivals of benchmark items of ``split`` (MMLU-Pro, or a
+    mix of task families) for ``duration_s`` seconds, then at most ``drain_s`` more seconds
+    waiting for the answers."""
 
     rate_per_min: float = 30.0
     duration_s: float = 60.0
@@ -78,6 +84,7 @@ class LoadSpec:
     budget_range_s: tuple[float, float] = A.BUDGET_RANGE_S
     split: str = "test"
     drain_s: float = 120.0
+    tasks: tuple[tuple[str, float], ...] = MMLU_ONLY  # (task family, share of the queries)
 
     def validate(self) -> None:
         """Raise ConfigError naming the bad field."""
@@ -109,25 +116,29 @@ async def run_load(url: str, spec: LoadSpec, api_key: str | None = None) -> Load
     policy, budget_range_s, drain_s = spec.policy, spec.budget_range_s, spec.drain_s
     n = min(MAX_QUERIES, max(1, int(rate_per_min / 60 * duration_s * 1.5) + 10))
     work = WorkloadSpec(rate_per_min, n, split=spec.split, budget_range_s=budget_range_s,
-                        seed=seed)
-    items, buds = sample_items(work), budgets(work)
+                        seed=seed, tasks=spec.tasks)
+    work.validate()
+    items, buds = sample_task_items(work), budgets(work)
     gaps = np.random.default_rng(seed).exponential(60.0 / rate_per_min, size=n)
     result = LoadResult(rate_per_min, duration_s, policy)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     t0 = time.monotonic()
 
     async def one(session: aiohttp.ClientSession, i: int) -> None:
-        body = {"item_id": int(items[i]), "budget_s": float(buds[i])}
+        task, item = items[i]
+        body = {"item_id": item, "budget_s": float(buds[i])}
+        if task != "mmlu_pro":
+            body["task"] = task
         if policy:
             body["policy"] = policy
         sent = time.monotonic()
-        rec: dict = {"http_status": 0, "item_id": int(items[i]), "budget_s": buds[i],
+        rec: dict = {"http_status": 0, "task": task, "item_id": item, "budget_s": buds[i],
                      "error": "no answer before the load run ended"}
         try:
             async with session.post(f"{url}/v1/queries", json=body) as r:
                 data = await r.json(content_type=None)
-                rec = {"http_status": r.status, "item_id": int(items[i]), "budget_s": buds[i],
-                       "client_latency_s": time.monotonic() - sent}
+                rec = {"http_status": r.status, "task": task, "item_id": item,
+                       "budget_s": buds[i], "client_latency_s": time.monotonic() - sent}
                 if r.status == 200:
                     rec.update(latency_s=data["latency_s"], correct=data["correct"],
                                within_budget=data["within_budget"], n_steps=len(data["steps"]),
