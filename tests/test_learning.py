@@ -126,6 +126,13 @@ def test_tiny_training_beats_untrained_and_resumes(ray_local, tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1]
     assert rows[1]["lambda"] is not None and rows[1]["eval"][0]["model_mix"]
+    # CleanRL's diagnostics every iteration, per module, and the environment's throughput
+    for module in ("planner", "executor"):
+        d = rows[1]["diagnostics"][module]
+        assert d["approx_kl"] is not None and d["approx_kl"] >= 0
+        assert 0.0 <= d["clip_fraction"] <= 1.0 and d["entropy"] > 0
+        assert d["explained_variance"] is not None
+    assert rows[1]["decisions_per_s"] > 0
     from inframind_ray.config import load_pool
     from inframind_ray.pools.cards import build_pool_info
 

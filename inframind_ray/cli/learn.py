@@ -46,6 +46,13 @@ def train(
                 parts.append(f"lambda {row['lambda']:.3f}")
             if row.get("mean_cost") is not None:
                 parts.append(f"cost {row['mean_cost']:.3f}")
+            if row.get("decisions_per_s") is not None:
+                parts.append(f"{row['decisions_per_s']:.0f} dec/s")
+            ex = row.get("diagnostics", {}).get("executor") or {}
+            if ex.get("approx_kl") is not None:
+                parts.append(f"exec kl {ex['approx_kl']:.4f} clip {ex['clip_fraction'] or 0:.3f} "
+                             f"ev {ex['explained_variance'] or 0:.2f} "
+                             f"ent {ex['entropy'] or 0:.2f}")
             for e in row.get("eval", []):
                 top = max(e["model_mix"].items(), key=lambda kv: kv[1], default=("-", 0))
                 parts.append(f"val@{e['rate_per_min']:g} {e['goodput']:.3f} "

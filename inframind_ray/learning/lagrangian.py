@@ -15,8 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core.columns import Columns
 
 from inframind_ray.learning.modules import PLANNER
 
@@ -78,6 +80,23 @@ class LagrangianPPOLearner(PPOTorchLearner):
             raise ValueError("LagrangianPPOLearner needs the LagrangianReward learner connector")
         self.reward_piece = pieces[0]
         self.reward_piece.lam = self.lam
+
+    def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict,
+                                fwd_out: dict) -> Any:
+        """PPO's loss; also logs the clip fraction (share of decisions whose probability ratio
+        left [1 - clip, 1 + clip]), the one CleanRL diagnostic RLlib does not log itself."""
+        loss = super().compute_loss_for_module(module_id=module_id, config=config, batch=batch,
+                                               fwd_out=fwd_out)
+        with torch.no_grad():
+            dist = self.module[module_id].get_train_action_dist_cls().from_logits(
+                fwd_out[Columns.ACTION_DIST_INPUTS])
+            ratio = torch.exp(dist.logp(batch[Columns.ACTIONS]) - batch[Columns.ACTION_LOGP])
+            clipped = ((ratio - 1.0).abs() > config.clip_param).float()
+            mask = batch.get(Columns.LOSS_MASK)
+            frac = (clipped[mask].mean() if mask is not None and mask.any()
+                    else clipped.mean())
+        self.metrics.log_value((module_id, "clip_fraction"), float(frac), window=1)
+        return loss
 
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
         """PPO's bookkeeping, then one dual-ascent step on the batch's mean query cost."""

@@ -264,8 +264,11 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
                        "eval": evaluate(cfg, ckpt), "untrained_eval": row["eval"]}
             _log_row(row, history, metrics_path, on_row)
         for it in range(start, cfg.ppo.iterations):
+            t_it = time.perf_counter()
             r = algo.train()
-            row = _iteration_row(it + 1, r, time.perf_counter() - t0)
+            train_s = time.perf_counter() - t_it
+            prev = next((h for h in reversed(history) if h.get("phase") == "ppo"), None)
+            row = _iteration_row(it + 1, r, time.perf_counter() - t0, train_s, prev)
             if (it + 1) % cfg.eval.every == 0 or it + 1 == cfg.ppo.iterations:
                 ckpt = export_policy(algo, info, cfg.hidden, out / "checkpoints" / f"iter_{it+1}",
                                      cfg.env.token_budget)
@@ -279,17 +282,39 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
     return _finish(cfg, out, history, strongest, time.perf_counter() - t0)
 
 
-def _iteration_row(it: int, r: dict, elapsed: float) -> dict:
+DIAGNOSTICS = {"approx_kl": "mean_kl_loss", "clip_fraction": "clip_fraction",
+               "explained_variance": "vf_explained_var", "entropy": "entropy",
+               "policy_loss": "policy_loss", "vf_loss": "vf_loss"}
+"""CleanRL's per-iteration diagnostics, per module, from RLlib's learner results (the clip
+fraction is logged by ``LagrangianPPOLearner``)."""
+
+
+def _iteration_row(it: int, r: dict, elapsed: float, train_s: float,
+                   prev: dict | None = None) -> dict:
+    """One metrics.jsonl row of a PPO iteration; ``decisions_per_s``: the environment decisions
+    sampled in this iteration over the wall time of its ``algo.train()`` (sampling and
+    learning)."""
+    from inframind_ray.learning.modules import EXECUTOR, PLANNER
+
     runners, learners = r.get("env_runners", {}), r.get("learners", {})
     lag = learners.get("lagrangian", {}) if isinstance(learners, dict) else {}
 
     def num(x):
-        return None if x is None else round(float(x), 4)
+        try:
+            return None if x is None else round(float(x), 4)
+        except (TypeError, ValueError):
+            return None
 
+    steps = int(r.get("num_env_steps_sampled_lifetime", 0) or 0)
+    prev_steps = (prev or {}).get("env_steps") or 0
+    diag = {m: {k: num(learners.get(m, {}).get(v)) for k, v in DIAGNOSTICS.items()}
+            for m in (PLANNER, EXECUTOR) if isinstance(learners.get(m), dict)}
     return {"iteration": it, "phase": "ppo", "elapsed_s": round(elapsed, 1),
             "train_goodput": num(lag.get("goodput")),
-            "env_steps": int(r.get("num_env_steps_sampled_lifetime", 0) or 0),
+            "env_steps": steps,
+            "decisions_per_s": round((steps - prev_steps) / train_s, 1) if train_s > 0 else None,
             "lambda": num(lag.get("lambda")), "mean_cost": num(lag.get("mean_cost")),
+            "diagnostics": diag,
             "module_returns": {m: num(v) for m, v in
                                runners.get("module_episode_returns_mean", {}).items()}}
 
