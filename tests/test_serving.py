@@ -11,6 +11,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import ray
 from ray import serve
@@ -203,6 +204,7 @@ def test_same_plan_in_twin_and_serve(session):
         (b'{"item_id": false, "budget_s": 10}', 422, "item_id"),
         (b'{"query": "hi", "reference": "4", "task": "mbpp"}', 422, "item"),
         (b'{"query": "hi", "policy": "magic"}', 400, "magic"),
+        (b'{"query": "hi", "policy": "pinned:nope"}', 400, "pinned"),
         (b'{"query": "' + b"x" * 5000 + b'"}', 413, "larger"),
     ],
 )
@@ -241,6 +243,30 @@ def test_every_task_family_through_http(session):
     code, out, _ = http(session, "POST", "/v1/grade", {
         "task": "math", "reference": "\\frac{1}{2}", "answer": "The answer is 0.5"})
     assert code == 200 and out["correct"] is True
+
+
+def test_calibrate_writes_a_served_models_card(session, tmp_path):
+    """`inframind calibrate`: validation items of each family go to the pinned model; the card's
+    accuracy is the share the service graded correct, which on the twin engine is the recorded
+    answers' (a lone DeepThink agent replays them)."""
+    from inframind_ray.core.strategy import Strategy
+    from inframind_ray.errors import ConfigError
+    from inframind_ray.serving.calibrate import CalibrationSpec, run_calibration
+
+    wait_idle(session)
+    spec = CalibrationSpec("small", ("gsm8k", "math"), per_family=4, budget_s=120)
+    card, records = asyncio.run(run_calibration(session.url, spec))
+    assert len(records) == 8 and all(r["status"] == "ok" for r in records), records
+    outcome = OutcomeModel.for_models(load_pool(POOL).models)
+    for t in ("gsm8k", "math"):
+        f = card["families"][t]
+        want = np.mean([outcome.would_be_correct(i, "small", Strategy.DEEPTHINK, t)
+                        for task, i in spec.items() if task == t])
+        assert f["n"] == 4 and f["accuracy"] == pytest.approx(want)
+        lo, hi = f["accuracy_ci95"]
+        assert lo <= f["accuracy"] <= hi and f["output_tokens_mean"] > 0
+    with pytest.raises(ConfigError, match="not served"):
+        asyncio.run(run_calibration(session.url, CalibrationSpec("nope", ("gsm8k",), 1)))
 
 
 def test_overload_gets_429_or_503_with_retry_after(session):

@@ -138,6 +138,50 @@ def load(
                                   default=float))
 
 
+def calibrate(
+    model: Annotated[str, typer.Option(help="the served pool model to calibrate")],
+    tasks: Annotated[str, typer.Option(help="task families, comma-separated")] = (
+        "mmlu_pro,gsm8k,math,humaneval,mbpp"),
+    per_family: Annotated[int, typer.Option(
+        help="validation items per family (distinct, seeded)")] = 20,
+    budget: Annotated[float, typer.Option(help="latency budget per query, seconds")] = 300.0,
+    concurrency: Annotated[int, typer.Option(help="queries in flight at most")] = 4,
+    seed: Annotated[int, typer.Option(help="seed of the item sample")] = 0,
+    url: Annotated[str, typer.Option(help="API base URL (loopback only)")] = DEFAULT_URL,
+    out: Annotated[Path, typer.Option(help="card folder: writes OUT/MODEL.yaml and "
+                                      "OUT/MODEL.records.json")] = Path("runs/cards"),
+    api_key: Annotated[str | None, typer.Option(envvar="INFRAMIND_API_KEY")] = None,
+) -> None:
+    """Measure a served model's card: validation items of each task family sent to that model
+    alone (policy pinned:MODEL, step by step), graded by the families' real graders; writes its
+    accuracy (95 % interval) and output-length priors per family."""
+    import asyncio
+    import json
+
+    import yaml
+    from rich.table import Table
+
+    from inframind_ray.serving.calibrate import CalibrationSpec, run_calibration
+
+    spec = CalibrationSpec(model, tuple(t.strip() for t in tasks.split(",") if t.strip()),
+                           per_family, seed, budget, concurrency)
+    spec.validate()
+    with console.status(f"calibrating {model}: {len(spec.items())} queries"):
+        doc, records = asyncio.run(run_calibration(url, spec, api_key))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{model}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (out / f"{model}.records.json").write_text(json.dumps(records, indent=1))
+    t = Table(title=f"card of {model} ({spec.split} split, {per_family} items per family)")
+    for col in ("family", "n", "answered", "accuracy", "95 % interval", "tokens mean", "p98"):
+        t.add_column(col, justify="left" if col == "family" else "right")
+    for name, f in doc["families"].items():
+        lo, hi = f["accuracy_ci95"]
+        t.add_row(name, str(f["n"]), str(f["answered"]), f"{f['accuracy']:.3f}",
+                  f"{lo:.3f}-{hi:.3f}", str(f["output_tokens_mean"]), str(f["output_tokens_p98"]))
+    console.print(t)
+    console.print(f"wrote {out}/{model}.yaml")
+
+
 def demo(
     config: Annotated[Path, typer.Option("-c", "--config", help="deployment YAML")] = Path(
         "deployments/twin_pool.yaml"),

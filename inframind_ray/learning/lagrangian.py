@@ -83,19 +83,24 @@ class LagrangianPPOLearner(PPOTorchLearner):
 
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict,
                                 fwd_out: dict) -> Any:
-        """PPO's loss; also logs the clip fraction (share of decisions whose probability ratio
-        left [1 - clip, 1 + clip]), the one CleanRL diagnostic RLlib does not log itself."""
+        """PPO's loss; also logs two CleanRL diagnostics RLlib does not: the clip fraction (share
+        of decisions whose probability ratio left [1 - clip, 1 + clip]) and the approximate KL
+        to the sampling policy, ``mean((ratio - 1) - log ratio)`` (RLlib's ``mean_kl_loss`` is
+        0 unless its KL loss is on)."""
         loss = super().compute_loss_for_module(module_id=module_id, config=config, batch=batch,
                                                fwd_out=fwd_out)
         with torch.no_grad():
             dist = self.module[module_id].get_train_action_dist_cls().from_logits(
                 fwd_out[Columns.ACTION_DIST_INPUTS])
-            ratio = torch.exp(dist.logp(batch[Columns.ACTIONS]) - batch[Columns.ACTION_LOGP])
+            log_ratio = dist.logp(batch[Columns.ACTIONS]) - batch[Columns.ACTION_LOGP]
+            ratio = torch.exp(log_ratio)
             clipped = ((ratio - 1.0).abs() > config.clip_param).float()
+            kl = (ratio - 1.0) - log_ratio
             mask = batch.get(Columns.LOSS_MASK)
-            frac = (clipped[mask].mean() if mask is not None and mask.any()
-                    else clipped.mean())
-        self.metrics.log_value((module_id, "clip_fraction"), float(frac), window=1)
+            if mask is not None and mask.any():
+                clipped, kl = clipped[mask], kl[mask]
+        self.metrics.log_value((module_id, "clip_fraction"), float(clipped.mean()), window=1)
+        self.metrics.log_value((module_id, "approx_kl"), float(kl.mean()), window=1)
         return loss
 
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:

@@ -282,11 +282,11 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
     return _finish(cfg, out, history, strongest, time.perf_counter() - t0)
 
 
-DIAGNOSTICS = {"approx_kl": "mean_kl_loss", "clip_fraction": "clip_fraction",
+DIAGNOSTICS = {"approx_kl": "approx_kl", "clip_fraction": "clip_fraction",
                "explained_variance": "vf_explained_var", "entropy": "entropy",
                "policy_loss": "policy_loss", "vf_loss": "vf_loss"}
 """CleanRL's per-iteration diagnostics, per module, from RLlib's learner results (the clip
-fraction is logged by ``LagrangianPPOLearner``)."""
+fraction and the approximate KL are logged by ``LagrangianPPOLearner``)."""
 
 
 def _iteration_row(it: int, r: dict, elapsed: float, train_s: float,

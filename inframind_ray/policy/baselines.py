@@ -259,6 +259,27 @@ class PricedTopology(InfraTopology):
         return self.CONGESTION_PRICE * congestion(m, load) * service_s
 
 
+class Pinned(Policy):
+    """Every query: one agent on one named model, step by step (``pinned:MODEL``): calibration
+    runs and debugging, not a routing policy."""
+
+    name = "pinned"
+
+    def __init__(self, pool: PoolInfo, model: str) -> None:
+        super().__init__(pool)
+        if model not in pool.names:
+            raise ValueError(f"pinned: unknown model {model!r}; pool models: "
+                             f"{', '.join(pool.names)}")
+        self.model = model
+        self.name = f"pinned:{model}"
+
+    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
+        return IO_PLAN
+
+    def _decide(self, ctx: StepContext) -> StepDecision:
+        return StepDecision(self.model, Strategy.DEEPTHINK)
+
+
 class Oracle(Policy):
     """Upper reference: knows the recorded outcome of every (item, model, strategy) and the true
     queue state; picks the fastest choice that answers correctly. Not a competitor."""
@@ -299,10 +320,13 @@ POLICIES: dict[str, type[Policy]] = {
 def make_policy(name: str, pool: PoolInfo, seed: int = 0, **extra) -> Policy:
     """Build a policy by CLI name. ``oracle`` needs ``is_correct``; ``inframind`` loads
     ``checkpoint`` (default: the shipped policy) and raises CheckpointError if it cannot."""
+    if name.startswith("pinned:"):
+        return Pinned(pool, name.partition(":")[2])
     try:
         cls = POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}, "
+                         "or pinned:MODEL") from None
     if cls is Oracle:
         return cls(pool, seed, is_correct=extra.get("is_correct"))
     if cls is LearnedPolicy:
