@@ -104,32 +104,26 @@ def task_items(family: str) -> dict[str, np.ndarray | list]:
 def task_outcomes(family: str) -> dict[str, dict[str, np.ndarray]]:
     """Recorded outcomes per model, each array aligned with ``task_items(family)['item_id']``:
     ``correct`` (bool) and ``output_words`` for GSM8K and MATH; ``pass_at_1`` (NaN where the item
-    is not recorded) and ``solution_chars`` for HumanEval and MBPP."""
-    t = pq.read_table(_family_dir(family) / "outcomes.parquet")
+    is not recorded) and ``solution_chars`` for HumanEval and MBPP; ``recorded`` marks the rows
+    the model has. (The ZeroEval answer strings in the file are not read.)"""
+    path = _family_dir(family) / "outcomes.parquet"
+    t = pq.read_table(path, columns=[c for c in pq.read_schema(path).names if c != "answer"])
     ids = task_items(family)["item_id"]
-    row = {int(x): i for i, x in enumerate(ids)}
     models = np.array(t.column("model").to_pylist())
-    item = t.column("item_id").to_numpy()
-    cols = [c for c in t.column_names if c not in ("model", "item_id")]
-    data_cols = {c: t.column(c).to_numpy(zero_copy_only=False) for c in cols}
+    rows = np.searchsorted(ids, t.column("item_id").to_numpy())  # ids are sorted
+    cols = {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names
+            if c not in ("model", "item_id")}
+    fill = {"f": np.nan, "b": False, "i": 0, "u": 0}
     out: dict[str, dict[str, np.ndarray]] = {}
     for m in np.unique(models):
-        sel = np.flatnonzero(models == m)
-        rows = np.array([row[int(x)] for x in item[sel]])
-        rec: dict[str, np.ndarray] = {}
-        for c, v in data_cols.items():
-            if v.dtype.kind in "fc" or c in ("pass_at_1", "solution_chars"):
-                a = np.full(len(ids), np.nan)
-            elif v.dtype.kind == "b":
-                a = np.zeros(len(ids), bool)
-            elif v.dtype.kind in "iu":
-                a = np.zeros(len(ids), np.int64)
-            else:
-                a = np.full(len(ids), "", object)
-            a[rows] = v[sel]
+        sel = models == m
+        rec = {}
+        for c, v in cols.items():
+            a = np.full(len(ids), fill[v.dtype.kind], v.dtype)  # numeric columns only
+            a[rows[sel]] = v[sel]
             rec[c] = a
         rec["recorded"] = np.zeros(len(ids), bool)
-        rec["recorded"][rows] = True
+        rec["recorded"][rows[sel]] = True
         out[str(m)] = rec
     return out
 

@@ -184,6 +184,14 @@ def _mix(values: list[str]) -> dict[str, float]:
     return {k: round(v / n, 4) for k, v in sorted(c.items())}
 
 
+def _rates(qs: list[dict]) -> dict[str, float]:
+    """Goodput, accuracy and SLO attainment of query rows (timed-out ones count as misses)."""
+    n = len(qs)
+    return {"goodput": round(sum(q["correct"] and q["within_budget"] for q in qs) / n, 4),
+            "accuracy": round(sum(q["correct"] for q in qs) / n, 4),
+            "slo_attainment": round(sum(q["within_budget"] for q in qs) / n, 4)}
+
+
 def by_task(r: CellResult) -> dict[str, dict]:
     """Per task family: queries, goodput, accuracy, SLO attainment, mean latency, model mix."""
     out = {}
@@ -191,12 +199,9 @@ def by_task(r: CellResult) -> dict[str, dict]:
         qs = [q for q in r.queries if q["task"] == t]
         ids = {q["query_id"] for q in qs}
         lat = [q["latency_s"] for q in qs if q["status"] != "timed_out"]
-        n = len(qs)
         out[t] = {
-            "n_queries": n,
-            "goodput": round(sum(q["correct"] and q["within_budget"] for q in qs) / n, 4),
-            "accuracy": round(sum(q["correct"] for q in qs) / n, 4),
-            "slo_attainment": round(sum(q["within_budget"] for q in qs) / n, 4),
+            "n_queries": len(qs),
+            **_rates(qs),
             "latency_mean_s": round(float(np.mean(lat)), 3) if lat else None,
             "model_mix": _mix([c["model"] for c in r.calls if c["query_id"] in ids]),
             "strategy_mix": _mix([c["strategy"] for c in r.calls if c["query_id"] in ids]),
@@ -211,16 +216,13 @@ def summarize(r: CellResult) -> dict:
     lat = np.array([q["latency_s"] for q in qs if q["status"] != "timed_out"])
     lat_all = np.where(np.isnan([q["latency_s"] for q in qs]), np.inf,
                        [q["latency_s"] for q in qs])
-    goodput = sum(q["correct"] and q["within_budget"] for q in qs) / n
     queue = {m: round(float(np.mean([w for _, w, _ in s])), 2) for m, s in r.queue.items()}
     queue_max = {m: int(max(w for _, w, _ in s)) for m, s in r.queue.items()}
     return {
         "policy": r.spec.policy,
         "rate_per_min": r.spec.workload.rate_per_min,
         "n_queries": n,
-        "goodput": round(goodput, 4),
-        "accuracy": round(sum(q["correct"] for q in qs) / n, 4),
-        "slo_attainment": round(sum(q["within_budget"] for q in qs) / n, 4),
+        **_rates(qs),
         "latency_mean_s": round(float(lat.mean()), 3) if len(lat) else None,
         "latency_p95_s": round(float(np.percentile(lat_all, 95)), 3),
         "latency_p99_s": round(float(np.percentile(lat_all, 99)), 3),

@@ -26,7 +26,7 @@ def grade(
 
     from inframind_ray.grading import GradingInputError
     from inframind_ray.grading import grade as grade_answer
-    from inframind_ray.tasks.registry import FAMILIES, family
+    from inframind_ray.tasks.registry import CODE_FAMILIES, FAMILIES, family
 
     if task not in FAMILIES:
         raise ConfigError("task", f"unknown task {task!r}; known: {', '.join(FAMILIES)}")
@@ -34,8 +34,7 @@ def grade(
         raise ConfigError("answer", "give exactly one of --answer and --answer-file")
     if (item_id is None) == (reference is None):
         raise ConfigError("item-id", "give exactly one of --item-id and --reference")
-    code = task in ("humaneval", "mbpp")
-    if code and reference is not None:
+    if task in CODE_FAMILIES and reference is not None:
         raise ConfigError("reference", f"grading {task} code needs an item's tests: give "
                           "--item-id")
     if answer_file is not None:

@@ -168,7 +168,8 @@ class ModelInfo:
 
     def expected_accuracy(self, query: QueryInfo) -> float:
         """Train-split accuracy of its step-by-step answers on the query's family and
-        category (the family's accuracy for an unknown category)."""
+        category (the family's accuracy where the card has no category, as for the families
+        with one category)."""
         c = self.card(query.task)
         return c.accuracy_by_category.get(query.category, c.accuracy)
 

@@ -11,7 +11,7 @@ from inframind_ray.grading.code import check_syntax, extract_code, grade_humanev
 from inframind_ray.grading.letter import extract_letter, grade_letter
 from inframind_ray.grading.math_answer import extract_math_answer, grade_math, math_equal
 from inframind_ray.grading.numeric import extract_number, grade_number, parse_number
-from inframind_ray.grading.registry import FAMILIES, grade, grader
+from inframind_ray.grading.registry import CODE_FAMILIES, FAMILIES, grade, grader
 from inframind_ray.grading.result import GradeResult, GradingInputError
 from inframind_ray.grading.sandbox import (
     DEFAULT_LIMITS,
@@ -24,7 +24,8 @@ from inframind_ray.grading.sandbox import (
 )
 
 __all__ = [
-    "DEFAULT_LIMITS", "FAMILIES", "GradeResult", "GradingInputError", "SandboxLimits",
+    "CODE_FAMILIES", "DEFAULT_LIMITS", "FAMILIES", "GradeResult", "GradingInputError",
+    "SandboxLimits",
     "SandboxResult", "SandboxWarning", "Status", "check_syntax", "extract_code",
     "extract_letter", "extract_math_answer", "extract_number", "grade", "grade_humaneval",
     "grade_letter", "grade_math", "grade_mbpp", "grade_number", "grader", "isolation",

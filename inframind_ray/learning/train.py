@@ -300,10 +300,7 @@ def _iteration_row(it: int, r: dict, elapsed: float, train_s: float,
     lag = learners.get("lagrangian", {}) if isinstance(learners, dict) else {}
 
     def num(x):
-        try:
-            return None if x is None else round(float(x), 4)
-        except (TypeError, ValueError):
-            return None
+        return None if x is None else round(float(x), 4)
 
     steps = int(r.get("num_env_steps_sampled_lifetime", 0) or 0)
     prev_steps = (prev or {}).get("env_steps") or 0

@@ -52,7 +52,7 @@ class Policy(ABC):
         cap = card.max_tokens[d.strategy]
         if (self.token_budget and d.max_tokens is None and d.strategy is Strategy.DEEPTHINK
                 and card.budget_tokens):
-            d = replace(d, max_tokens=min(card.budget_tokens, cap))
+            d = replace(d, max_tokens=card.budget_tokens)
         if d.max_tokens is not None and not 1 <= d.max_tokens <= cap:
             raise ValueError(f"{self.name}: max_tokens {d.max_tokens} outside [1, {cap}] for "
                              f"{d.model} {d.strategy.value}")

@@ -27,7 +27,7 @@ def task_cards(m: ModelConfig) -> dict[str, TaskCard]:
             continue
         r = recorded_task_model(fam, name)
         budget, budget_expected = r.length_budget(A.TOKEN_BUDGET_QUANTILE)
-        cards[fam] = TaskCard(r.accuracy, {fam: r.accuracy}, dict(r.max_tokens),
+        cards[fam] = TaskCard(r.accuracy, {}, dict(r.max_tokens),
                               dict(r.expected_tokens), A.STRATEGY_RETENTION_BY_TASK[fam],
                               min(budget, r.max_tokens[Strategy.DEEPTHINK]), budget_expected)
     return cards

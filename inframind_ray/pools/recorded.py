@@ -13,6 +13,7 @@ import numpy as np
 from inframind_ray import assumptions as A
 from inframind_ray import data
 from inframind_ray.core.strategy import Strategy
+from inframind_ray.grading import CODE_FAMILIES
 from inframind_ray.tasks.mmlu_pro import mmlu_pro
 
 
@@ -99,10 +100,9 @@ class RecordedTaskModel:
 
 
 def _train_recorded(family: str) -> np.ndarray:
+    """Train-split items with records (code: the tasks EvalPlus profiled)."""
     items = data.task_items(family)
-    rec = items.get("recorded")
-    ok = np.ones(len(items["item_id"]), bool) if rec is None else np.asarray(rec, bool)
-    return (items["split"] == "train") & ok
+    return (items["split"] == "train") & np.asarray(items["recorded"], bool)
 
 
 @lru_cache(maxsize=128)
@@ -113,7 +113,7 @@ def recorded_task_model(family: str, name: str) -> RecordedTaskModel:
         raise ValueError(f"no recorded {family} answers for {name!r}")
     r = rec[name]
     train = _train_recorded(family)
-    if family in ("humaneval", "mbpp"):
+    if family in CODE_FAMILIES:
         p = np.asarray(r["pass_at_1"], float)
         p = np.where(r["recorded"], p, np.nan)
         chars = np.asarray(r["solution_chars"], float)

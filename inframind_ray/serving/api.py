@@ -20,10 +20,9 @@ from ray import serve
 
 from inframind_ray.config import PoolConfig
 from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR
+from inframind_ray.tasks.registry import CODE_FAMILIES, FAMILIES
 
-TASKS = ("mmlu_pro", "gsm8k", "math", "humaneval", "mbpp", "free")
-Task = Literal["mmlu_pro", "gsm8k", "math", "humaneval", "mbpp", "free"]
-CODE_TASKS = ("humaneval", "mbpp")
+Task = Literal[(*FAMILIES, "free")]  # a benchmark family, or free text
 MAX_QUERY_CHARS = 20_000
 MAX_ANSWER_CHARS = 50_000
 
@@ -53,7 +52,7 @@ class QueryRequest(BaseModel):
             raise ValueError("task free takes no item_id")
         if self.reference is not None and self.item_id is not None:
             raise ValueError("give a reference or an item_id, not both")
-        if self.reference is not None and self.task in CODE_TASKS:
+        if self.reference is not None and self.task in CODE_FAMILIES:
             raise ValueError(f"grading free-text {self.task} code needs an item's tests: give "
                              "its item_id instead of a reference")
         return self
@@ -72,7 +71,7 @@ class GradeRequest(BaseModel):
     def _item_or_reference(self) -> "GradeRequest":
         if (self.item_id is None) == (self.reference is None):
             raise ValueError("give exactly one of item_id and reference")
-        if self.reference is not None and self.task in CODE_TASKS:
+        if self.reference is not None and self.task in CODE_FAMILIES:
             raise ValueError(f"grading {self.task} code needs an item's tests: give its item_id")
         return self
 

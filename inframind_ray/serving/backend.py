@@ -37,6 +37,7 @@ class ServeBackend:
             kind=call.node.kind.value,
             item_id=call.query.item_id,
             task=call.query.task,
+            query_id=call.query.query_id,
             upstream_answers=tuple(u.answer for u in ups),
             prompt_tokens_hint=prompt_tokens(call.query, call.strategy, up_tokens),
             upstream_tokens=up_tokens,

@@ -16,7 +16,7 @@ import numpy as np
 
 from inframind_ray.errors import ConfigError
 from inframind_ray.serving.loadgen import require_loopback
-from inframind_ray.tasks.registry import family
+from inframind_ray.tasks.registry import FAMILIES, family
 
 MAX_PER_FAMILY = 500
 
@@ -27,7 +27,7 @@ class CalibrationSpec:
     (seeded), each with ``budget_s``, at most ``concurrency`` in flight."""
 
     model: str
-    tasks: tuple[str, ...] = ("mmlu_pro", "gsm8k", "math", "humaneval", "mbpp")
+    tasks: tuple[str, ...] = FAMILIES
     per_family: int = 20
     seed: int = 0
     budget_s: float = 300.0

@@ -42,8 +42,14 @@ class LoadResult:
     records: list[dict] = field(default_factory=list)
     wall_s: float = 0.0
 
+    @staticmethod
+    def _goodput(records: list[dict]) -> float:
+        """Share of sent requests answered correctly within budget (unanswered ones count)."""
+        return round(sum(bool(x.get("correct")) and bool(x.get("within_budget"))
+                         for x in records if x["http_status"] == 200) / max(1, len(records)), 4)
+
     def summary(self) -> dict:
-        """Counts, goodput, SLO attainment and latency percentiles."""
+        """Counts, goodput (overall and per task family), SLO attainment, latency percentiles."""
         r = self.records
         n = len(r)
         ok = [x for x in r if x["http_status"] == 200]
@@ -54,8 +60,7 @@ class LoadResult:
             "http_429": sum(x["http_status"] == 429 for x in r),
             "http_503": sum(x["http_status"] == 503 for x in r),
             "errors": sum(x["http_status"] not in (200, 429, 503) for x in r),
-            "goodput": round(sum(bool(x.get("correct")) and bool(x.get("within_budget"))
-                                 for x in ok) / max(1, n), 4),
+            "goodput": self._goodput(r),
             "slo_attainment": round(sum(bool(x.get("within_budget")) for x in ok) / max(1, n), 4),
             "accuracy": round(sum(bool(x.get("correct")) for x in ok) / max(1, n), 4),
             "latency_p50_s": round(float(np.nanpercentile(lat, 50)), 3),
@@ -63,11 +68,8 @@ class LoadResult:
             "calls_per_query": round(float(np.mean([x.get("n_steps", 0) for x in ok]))
                                      if ok else 0.0, 2),
             "wall_s": round(self.wall_s, 2),
-            "goodput_by_task": {
-                t: round(sum(bool(x.get("correct")) and bool(x.get("within_budget"))
-                             for x in ok if x["task"] == t)
-                         / max(1, sum(x["task"] == t for x in r)), 4)
-                for t in dict.fromkeys(x["task"] for x in r)},
+            "goodput_by_task": {t: self._goodput([x for x in r if x["task"] == t])
+                                for t in dict.fromkeys(x["task"] for x in r)},
         }
 
 

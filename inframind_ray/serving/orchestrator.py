@@ -28,7 +28,7 @@ from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
 from inframind_ray.serving.tracing import Tracing
 from inframind_ray.tasks.base import free_text_prompt_tokens
-from inframind_ray.tasks.registry import family
+from inframind_ray.tasks.registry import family, reference_family
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +162,7 @@ class Orchestrator:
             return family(q.task).grade(q.item_id, text)
         if reference is None:
             return None
-        task = q.task if q.task not in ("free", None) else "math"  # answer equivalence
-        return grade(task, text, {"reference": reference}).correct
+        return grade(reference_family(q.task), text, {"reference": reference}).correct
 
     async def grade(self, payload: dict) -> dict:
         """``POST /v1/grade``: an answer graded by the family's real grader; a code answer that
@@ -177,8 +176,7 @@ class Orchestrator:
             if item_id is not None:
                 item = family(task).item(item_id)
             else:
-                task = "math" if task == "free" else task  # answer equivalence
-                item = {"reference": payload["reference"]}
+                task, item = reference_family(task), {"reference": payload["reference"]}
             res = await asyncio.get_running_loop().run_in_executor(
                 None, partial(grade, task, answer, item, strict=True))
         except GradingInputError as e:

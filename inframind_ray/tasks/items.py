@@ -4,9 +4,7 @@
 
 from __future__ import annotations
 
-import ast
 import math
-import re
 from functools import lru_cache
 
 import numpy as np
@@ -14,11 +12,10 @@ import numpy as np
 from inframind_ray import assumptions as A
 from inframind_ray import data
 from inframind_ray.core.types import QueryInfo
-from inframind_ray.grading import extract_code, extract_math_answer, extract_number
+from inframind_ray.grading import CODE_FAMILIES, extract_code, extract_math_answer, extract_number
 from inframind_ray.grading import grade as grade_for
+from inframind_ray.grading.code import mbpp_function
 from inframind_ray.tasks.base import tokens_for_words
-
-CODE_FAMILIES = ("humaneval", "mbpp")
 
 
 def _fence(code: str) -> str:
@@ -34,7 +31,6 @@ class ItemFamily:
         self.ids: np.ndarray = self.items["item_id"]
         self._index = {int(x): i for i, x in enumerate(self.ids)}
         self.splits: np.ndarray = self.items["split"]
-        self.categories = np.full(len(self.ids), name, dtype=object)
         self.is_code = name in CODE_FAMILIES
         texts = [self._text(i) for i in range(len(self.ids))]
         self._texts = texts
@@ -43,9 +39,7 @@ class ItemFamily:
         else:
             tokens = [tokens_for_words(len(t.split())) for t in texts]
         self.prompt_tokens = np.asarray(tokens, int) + A.PROMPT_OVERHEAD_TOKENS
-        rec = self.items.get("recorded")
-        self.recorded = (np.asarray(rec, bool) if rec is not None
-                         else np.ones(len(self.ids), bool))
+        self.recorded = np.asarray(self.items["recorded"], bool)  # replayable in the twin
 
     # ------------------------------------------------------------------ items
     def _text(self, i: int) -> str:
@@ -69,11 +63,6 @@ class ItemFamily:
     def text(self, item_id: int) -> str:
         """The item as an agent is asked it."""
         return self._texts[self.index(item_id)]
-
-    def category(self, item_id: int) -> str:
-        """One category per family: its name."""
-        self.index(item_id)
-        return self.name
 
     def embedding(self, item_id: int) -> np.ndarray | None:
         """The item's shipped MiniLM embedding, or None without the derived file."""
@@ -139,7 +128,8 @@ class ItemFamily:
         i = self.index(item_id)
         ref = str(self.items["reference"][i])
         if self.is_code:
-            name = self._entry_point(i)
+            name = (self.items["entry_point"][i] if self.name == "humaneval"
+                    else mbpp_function(self.item(item_id))) or "solution"
             return _fence(f"def {name}(*args, **kwargs):\n"
                           f"    raise AssertionError('failing sample {k} {tag}'.strip())")
         try:
@@ -150,21 +140,6 @@ class ItemFamily:
         if self.name == "math":
             return f"The answer is $\\boxed{{{wrong}}}$."
         return f"The answer is {wrong}."
-
-    def _entry_point(self, i: int) -> str:
-        if self.name == "humaneval":
-            return str(self.items["entry_point"][i])
-        test = self.items["test_list"][i][0]
-        try:
-            called = {n.func.id for n in ast.walk(ast.parse(test))
-                      if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-        except SyntaxError:
-            called = set()
-        for name in re.findall(r"^def\s+(\w+)", str(self.items["reference"][i]), re.M):
-            if name in called:
-                return name
-        m = re.search(r"(\w+)\s*\(", test.removeprefix("assert"))
-        return m.group(1) if m else "solution"
 
 
 @lru_cache(maxsize=8)

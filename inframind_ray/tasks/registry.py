@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from inframind_ray.data import TASK_FAMILIES
 from inframind_ray.errors import ConfigError
+from inframind_ray.grading import CODE_FAMILIES
 from inframind_ray.tasks.base import TaskFamily
 from inframind_ray.tasks.prompts import extract_answer
 
-FAMILIES = ("mmlu_pro", "gsm8k", "math", "humaneval", "mbpp")
+FAMILIES = ("mmlu_pro", *TASK_FAMILIES)
 """Every task family, in the papers' order of a results table."""
+__all__ = ["CODE_FAMILIES", "FAMILIES", "extract", "family", "parse_mix", "reference_family"]
 
 
 def family(name: str) -> TaskFamily:
@@ -24,10 +27,14 @@ def family(name: str) -> TaskFamily:
 
 
 def extract(task: str, text: str | None) -> str | None:
-    """The answer a response gives for a family (MMLU-Pro: the option letter)."""
-    if task == "mmlu_pro" or task not in FAMILIES:
-        return extract_answer(text)
-    return family(task).extract(text)
+    """The answer a response gives for a family (free text: read as MMLU-Pro's letter)."""
+    return family(task).extract(text) if task in FAMILIES else extract_answer(text)
+
+
+def reference_family(task: str | None) -> str:
+    """The family whose grader compares a free-text answer with a given reference: the task's
+    own, or MATH's answer equivalence for ``free`` text."""
+    return "math" if task in (None, "free") else task
 
 
 def parse_mix(text: str) -> dict[str, float]:

@@ -20,9 +20,7 @@ from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import NodeKind
 from inframind_ray.pools.recorded import family_strategy_tokens, recorded_task_model
 from inframind_ray.tasks.items import item_family
-from inframind_ray.twin.keys import plurality, uniform
-
-NO_ANSWER = "I cannot determine the answer."
+from inframind_ray.twin.keys import fix_probability, plurality, uniform
 
 
 def _wrong_id(*keys: object) -> int:
@@ -40,9 +38,7 @@ class ItemReplay:
         self.seed = seed
         self.code = self.fam.is_code
         self._rec = {m: recorded_task_model(family, r) for m, r in recorded_of.items()}
-        keep = A.SAMPLE_KEEPS_CORRECT
-        self._p_fix = {m: min(1.0, r.accuracy * (1.0 - keep) / max(1e-9, 1.0 - r.accuracy))
-                       for m, r in self._rec.items()}
+        self._p_fix = {m: fix_probability(r.accuracy) for m, r in self._rec.items()}
         self.retention = A.STRATEGY_RETENTION_BY_TASK[family]
 
     @lru_cache(maxsize=4096)  # noqa: B019 - one instance per (pool, family, seed), kept

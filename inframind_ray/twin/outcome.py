@@ -17,7 +17,7 @@ from inframind_ray.core.topology import NodeKind
 from inframind_ray.pools.recorded import recorded_model, strategy_tokens
 from inframind_ray.tasks.mmlu_pro import mmlu_pro
 from inframind_ray.tasks.prompts import LETTERS, format_answer
-from inframind_ray.twin.keys import plurality, uniform
+from inframind_ray.twin.keys import fix_probability, plurality, uniform
 
 SIMULATED_TEXT = ("[twin engine: a simulated response; the twin replays recorded answers for "
                   "benchmark items only]")
@@ -26,7 +26,6 @@ SIMULATED_TEXT = ("[twin engine: a simulated response; the twin replays recorded
 if TYPE_CHECKING:
     from inframind_ray.twin.item_outcome import ItemReplay
 
-_u = uniform
 
 
 class OutcomeModel:
@@ -49,9 +48,7 @@ class OutcomeModel:
         self.seed = seed
         self.task = mmlu_pro()
         self._rec = {m: recorded_model(r) for m, r in recorded_of.items()}
-        keep = A.SAMPLE_KEEPS_CORRECT
-        self._p_fix = {m: min(1.0, r.accuracy * (1.0 - keep) / max(1e-9, 1.0 - r.accuracy))
-                       for m, r in self._rec.items()}
+        self._p_fix = {m: fix_probability(r.accuracy) for m, r in self._rec.items()}
         self.max_tokens = {m: r.max_tokens for m, r in self._rec.items()}
         self.expected_tokens = {m: r.expected_tokens for m, r in self._rec.items()}
 
@@ -107,15 +104,15 @@ class OutcomeModel:
             return pred, correct, full
         i = self.index(item_id)
         truth = self.task.answers[i]
-        if _u(self.seed, item_id, model, k, "sample") < (A.SAMPLE_KEEPS_CORRECT if correct
+        if uniform(self.seed, item_id, model, k, "sample") < (A.SAMPLE_KEEPS_CORRECT if correct
                                                           else self._p_fix[model]):
             return truth, True, full
-        if not correct and _u(self.seed, item_id, model, k, "repeat") < A.SAMPLE_REPEATS_WRONG:
+        if not correct and uniform(self.seed, item_id, model, k, "repeat") < A.SAMPLE_REPEATS_WRONG:
             return pred, False, full
         wrong = [x for x in LETTERS[:int(self.task.n_options[i])] if x != truth]
         if not wrong:
             return truth, True, full
-        return wrong[int(_u(self.seed, item_id, model, k, "letter") * len(wrong))], False, full
+        return wrong[int(uniform(self.seed, item_id, model, k, "letter") * len(wrong))], False, full
 
     # ------------------------------------------------------------------ answers
     def strategy_answer(
@@ -127,14 +124,14 @@ class OutcomeModel:
         tokens = int(strategy_tokens(full, strategy))
         # sample 0 keeps the keys it always had, so single-agent outcomes are unchanged
         tag = (model, strategy.value) if sample == 0 else (model, strategy.value, sample)
-        keep = _u(self.seed, item_id, *tag, "keep")
+        keep = uniform(self.seed, item_id, *tag, "keep")
         if strategy is Strategy.DEEPTHINK or not correct or keep < A.STRATEGY_RETENTION[strategy]:
             letter = pred  # recorded answer (a wrong one stays wrong under every strategy)
         else:
             n = int(self.task.n_options[self.index(item_id)])
             wrong = [x for x in LETTERS[:n] if x != pred]
             # a one-option item (five in the train split) has no wrong option to pick
-            letter = wrong[int(_u(self.seed, item_id, *tag, "wrong") * len(wrong))] if wrong \
+            letter = wrong[int(uniform(self.seed, item_id, *tag, "wrong") * len(wrong))] if wrong \
                 else pred
         if tokens > self.max_tokens[model][strategy]:
             return None, self.max_tokens[model][strategy]  # truncated: no answer
@@ -203,9 +200,9 @@ class OutcomeModel:
         key: tuple = (self.seed, item_id, model, strategy.value, tuple(ups))
         if sample:
             key += (sample,)
-        if own != truth and peer == truth and _u(*key, "adopt") < A.P_ADOPT_CORRECT:
+        if own != truth and peer == truth and uniform(*key, "adopt") < A.P_ADOPT_CORRECT:
             return peer, tokens
-        if own == truth and peer != truth and _u(*key, "switch") < A.P_SWITCH_TO_WRONG:
+        if own == truth and peer != truth and uniform(*key, "switch") < A.P_SWITCH_TO_WRONG:
             return peer, tokens
         return own, tokens
 

@@ -33,6 +33,7 @@ class GenerateRequest:
     kind: str = "solver"
     item_id: int | None = None
     task: str = "mmlu_pro"
+    query_id: str = ""  # the query's id (code outcomes of the twin draw per query)
     upstream_answers: tuple[str | None, ...] = ()
     prompt_tokens_hint: int | None = None
     upstream_tokens: int = 0

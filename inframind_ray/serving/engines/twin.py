@@ -49,8 +49,7 @@ class WallClockTwinEngine(Engine):
         t0 = loop.time()
         text, tokens = self.outcome.reply(req.item_id, self.name, Strategy(req.strategy),
                                           NodeKind(req.kind), req.upstream_answers, req.max_tokens,
-                                          req.sample, req.task,
-                                          req.request_id.partition("/")[0])
+                                          req.sample, req.task, req.query_id)
         prompt = req.prompt_tokens_hint or tokens_for_words(len(req.prompt.split()))
         ereq = EngineRequest(req.request_id, prompt, max(1, tokens),
                              deadline=loop_time_at(req.deadline))
