@@ -65,6 +65,8 @@ def test_killed_replica_is_dropped_and_its_replacement_seen(session):
     assert _routes_to_big(session, 4, 70) > 0  # an idle 70B: the learned policy uses it
     names = _replica_actors(BIG)
     assert len(names) == 2, names
+    dead = names[0].rsplit("#", 1)[-1]  # SERVE_REPLICA::app#deployment#<replica id>
+    assert dead in _big(session)["replica_ids"]  # the view keys snapshots by that id
     stop = threading.Event()
 
     def load() -> None:  # queries keep running while the replica dies
@@ -87,9 +89,10 @@ def test_killed_replica_is_dropped_and_its_replacement_seen(session):
         else:
             pytest.fail(f"no replacement replica: {_replica_actors(BIG)}")
         end = time.time() + 60
-        while time.time() < end:
+        while time.time() < end:  # the dead replica evicted and its replacement reporting
             big = _big(session)
-            if big["replicas"] == 2 and not big["stale"] and len(big["replica_nodes"]) >= 1:
+            if (big["replicas"] == 2 and dead not in big["replica_ids"] and not big["stale"]
+                    and len(big["replica_nodes"]) >= 1):
                 break
             time.sleep(0.25)
     finally:
@@ -97,8 +100,10 @@ def test_killed_replica_is_dropped_and_its_replacement_seen(session):
         t.join(timeout=120)
     big = _big(session)
     assert big["available"] and not big["stale"] and big["replicas"] == 2, big
+    assert dead not in big["replica_ids"], big
     assert big["age_s"] < 1.0, big
     time.sleep(3.0)  # the dead replica stays gone: no ghost comes back as the age grows
     big = _big(session)
     assert big["replicas"] == 2 and big["age_s"] < 1.0 and big["available"], big
+    assert dead not in big["replica_ids"], big
     assert _routes_to_big(session, 4, 80) > 0

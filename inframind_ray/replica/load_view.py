@@ -93,5 +93,6 @@ class LoadView:
                 "age_s": round(now - ld.timestamp, 3) if reps else None,
                 "stale": (not reps) or now - ld.timestamp > self.stale_after_s,
                 "replica_nodes": sorted({s.node_id for s in reps.values()}),
+                "replica_ids": sorted(reps),
             }
         return out
