@@ -314,3 +314,40 @@ def test_opentelemetry_spans_per_query_and_call(session):
              and s["attributes"]["query_id"] == "trace-me"]
     assert len(q) == 1 and len(calls) == len(out["steps"])
     assert all(c["trace_id"] == q[0]["trace_id"] for c in calls)
+
+
+def test_openai_client_plain_and_streaming_with_history(session):
+    """The official ``openai`` client: the message history becomes the query, a plain call and a
+    streaming call both bring the answer's text and real token usage, bad requests raise."""
+    import openai
+
+    wait_idle(session)
+    client = openai.OpenAI(base_url=session.url + "/v1", api_key="unused", max_retries=0,
+                           timeout=60)
+    history = [{"role": "system", "content": "Answer briefly."},
+               {"role": "user", "content": "What is 2+2?"},
+               {"role": "assistant", "content": "4"},
+               {"role": "user", "content": "And 3+3?"}]
+    chat = client.chat.completions.create(model="inframind", messages=history,
+                                          extra_body={"budget_s": 30})
+    text = chat.choices[0].message.content
+    assert text and chat.choices[0].finish_reason == "stop"
+    u = chat.usage
+    assert u.prompt_tokens > 0 and u.completion_tokens > 0
+    assert u.total_tokens == u.prompt_tokens + u.completion_tokens
+    assert chat.model_extra["inframind"]["status"] == "ok"
+
+    chunks = list(client.chat.completions.create(
+        model="inframind", messages=history, stream=True,
+        stream_options={"include_usage": True}, extra_body={"budget_s": 30}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed.strip()
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    usage = [c.usage for c in chunks if c.usage is not None]
+    assert len(usage) == 1 and usage[0].completion_tokens > 0 and usage[0].prompt_tokens > 0
+    assert all(c.id == chunks[0].id for c in chunks)
+
+    with pytest.raises(openai.UnprocessableEntityError, match="last message"):
+        client.chat.completions.create(model="inframind", messages=history[:3])
+    with pytest.raises(openai.NotFoundError, match="not found"):
+        client.chat.completions.create(model="gpt-9", messages=history, stream=True)

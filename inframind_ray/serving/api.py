@@ -6,24 +6,30 @@ No ``from __future__ import annotations`` here: FastAPI must see the real body c
 Serve's method wrappers.
 """
 
+import hmac
 import os
-import time
-import uuid
 from typing import Literal
 
 import ray
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from ray import serve
 
 from inframind_ray.config import PoolConfig
+from inframind_ray.serving.chat import (
+    MAX_QUERY_CHARS,
+    ChatMessage,
+    StreamOptions,
+    completion,
+    conversation,
+    stream,
+)
 from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR
 from inframind_ray.tasks.registry import CODE_FAMILIES, FAMILIES
 
 Task = Literal[(*FAMILIES, "free")]  # a benchmark family, or free text
-MAX_QUERY_CHARS = 20_000
 MAX_ANSWER_CHARS = 50_000
 
 
@@ -76,19 +82,16 @@ class GradeRequest(BaseModel):
         return self
 
 
-class ChatMessage(BaseModel):
-    """One OpenAI chat message."""
-
-    role: str
-    content: str = Field(max_length=MAX_QUERY_CHARS)
-
-
 class ChatRequest(BaseModel):
-    """POST /v1/chat/completions (OpenAI-compatible; ``budget_s`` is an extra field)."""
+    """POST /v1/chat/completions (OpenAI-compatible: the whole message history, ``stream``
+    with ``stream_options.include_usage``; other OpenAI fields are accepted and ignored, the
+    policy chooses models and lengths; ``budget_s`` and the grading fields are extras)."""
 
     model_config = ConfigDict(extra="allow")
     model: str = "inframind"
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=256)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
     budget_s: float = Field(60.0, gt=0)
     item_id: int | None = Field(None, ge=0, strict=True)
     task: Task | None = None
@@ -96,9 +99,25 @@ class ChatRequest(BaseModel):
     policy: str | None = None
 
 
-def _error(status: int, msg: str, retry_after: int | None = None) -> JSONResponse:
+CHAT_PATH = "/v1/chat/completions"
+
+
+def _error(status: int, msg: str, retry_after: int | None = None,
+           openai: bool = False) -> JSONResponse:
+    """A 4xx/5xx with a one-line reason: ``{"error": reason}``, or on the OpenAI-compatible
+    endpoint OpenAI's shape ``{"error": {"message", "type", "code"}}``."""
     headers = {"Retry-After": str(retry_after)} if retry_after else None
-    return JSONResponse({"error": msg}, status_code=status, headers=headers)
+    if openai:
+        kind = "invalid_request_error" if status < 500 and status != 429 else "server_error"
+        body: dict = {"error": {"message": msg, "type": kind, "code": status}}
+    else:
+        body = {"error": msg}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _same(given: str, key: str) -> bool:
+    """Constant-time comparison of an API key (no timing side channel)."""
+    return hmac.compare_digest(given.encode(), key.encode())
 
 
 def _first_error(exc: RequestValidationError) -> str:
@@ -118,7 +137,8 @@ def build_fastapi(cfg: PoolConfig) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(400 if "malformed" in _first_error(exc) else 422, _first_error(exc))
+        return _error(400 if "malformed" in _first_error(exc) else 422, _first_error(exc),
+                      openai=request.url.path == CHAT_PATH)
 
     @app.middleware("http")
     async def _guard(request: Request, call_next):  # noqa: ANN001, ANN202
@@ -131,8 +151,8 @@ def build_fastapi(cfg: PoolConfig) -> FastAPI:
                 return _error(413, f"body larger than {max_body} bytes")
         key = os.environ.get(key_env) if key_env else None
         if key and request.url.path.startswith("/v1/"):
-            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if given != key and request.headers.get("x-api-key") != key:
+            bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            if not (_same(bearer, key) or _same(request.headers.get("x-api-key", ""), key)):
                 return _error(401, "missing or wrong API key")
         return await call_next(request)
 
@@ -149,10 +169,10 @@ async def _call(ref) -> dict:  # noqa: ANN001 - a Ray ObjectRef
         return {"http_status": 500, "error": f"internal error: {type(cause).__name__}: {first}"}
 
 
-def _reply(out: dict) -> JSONResponse:
+def _reply(out: dict, openai: bool = False) -> JSONResponse:
     status = out.pop("http_status", 200)
     if status >= 400:
-        return _error(status, out.get("error", "error"), out.get("retry_after"))
+        return _error(status, out.get("error", "error"), out.get("retry_after"), openai)
     return JSONResponse(out, status_code=status)
 
 
@@ -185,35 +205,30 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
         async def grade(self, body: GradeRequest) -> JSONResponse:
             return _reply(await _call(self.orchestrator.grade.remote(body.model_dump())))
 
-        @app.post("/v1/chat/completions")
+        @app.post(CHAT_PATH)
         async def chat(self, body: ChatRequest) -> JSONResponse:
             if body.budget_s > max_budget:
-                return _error(422, f"budget_s: must be <= {max_budget:g} s")
+                return _error(422, f"budget_s: must be <= {max_budget:g} s", openai=True)
             if body.model != "inframind":
-                return _error(404, f"model {body.model!r} not found; use 'inframind'")
-            users = [m.content for m in body.messages if m.role == "user"]
-            if not users or not users[-1].strip():
-                return _error(422, "messages: need a non-empty user message")
+                return _error(404, f"model {body.model!r} not found; use 'inframind'",
+                              openai=True)
             try:
-                payload = QueryRequest(query=users[-1], item_id=body.item_id,
+                text = conversation(body.messages)
+                payload = QueryRequest(query=text[-MAX_QUERY_CHARS:], item_id=body.item_id,
                                        budget_s=body.budget_s, task=body.task,
                                        reference=body.reference, policy=body.policy)
-            except ValidationError as e:
-                return _error(422, str(e.errors()[0]["msg"]).removeprefix("Value error, "))
-            out = await _call(self.orchestrator.query.remote(payload.model_dump()))
+            except (ValueError, ValidationError) as e:
+                msg = e.errors()[0]["msg"] if isinstance(e, ValidationError) else str(e)
+                return _error(422, str(msg).removeprefix("Value error, "), openai=True)
+            answer = _call(self.orchestrator.query.remote(payload.model_dump()))
+            if body.stream:
+                usage = bool(body.stream_options and body.stream_options.include_usage)
+                return StreamingResponse(stream(answer, usage), media_type="text/event-stream",
+                                         headers={"cache-control": "no-cache"})
+            out = await answer
             if out.get("http_status", 200) >= 400:
-                return _reply(out)
-            content = out.get("text") or ""
-            return JSONResponse({
-                "id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion",
-                "created": int(time.time()), "model": "inframind",
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": 0, "completion_tokens": sum(
-                    s["output_tokens"] for s in out["steps"]), "total_tokens": 0},
-                "inframind": {k: out[k] for k in ("answer", "correct", "latency_s", "plan",
-                                                  "status", "within_budget")},
-            })
+                return _reply(out, openai=True)
+            return JSONResponse(completion(out))
 
     return Api
 

@@ -234,6 +234,7 @@ class Orchestrator:
                        "strategy": s.strategy.value, "status": s.status.api,
                        "start_s": round(s.start - q.arrival_s, 4),
                        "end_s": round(s.end - q.arrival_s, 4),
+                       "prompt_tokens": s.prompt_tokens,
                        "output_tokens": s.output_tokens} for s in res.steps],
         }
         if http == 503:
