@@ -166,6 +166,8 @@ class ServingConfig(BaseModel):
     max_inflight_queries: int = Field(1024, gt=0)
     max_budget_s: float = Field(3600.0, gt=0)
     orchestrator_num_cpus: float = Field(0.5, ge=0)
+    orchestrator_max_restarts: int = Field(
+        -1, ge=-1, description="times Ray restarts a dead orchestrator (-1: always)")
     embed: bool = Field(True, description="embed queries with MiniLM in the orchestrator")
 
 

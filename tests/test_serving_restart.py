@@ -8,6 +8,7 @@ import contextlib
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -107,3 +108,44 @@ def test_killed_replica_is_dropped_and_its_replacement_seen(session):
     assert big["replicas"] == 2 and big["age_s"] < 1.0 and big["available"], big
     assert dead not in big["replica_ids"], big
     assert _routes_to_big(session, 4, 80) > 0
+
+
+def test_killed_orchestrator_restarts_and_inflight_queries_fail_explicitly(session):
+    """The orchestrator killed under load: every in-flight query ends with an answer or an
+    explicit retryable 503 (none hangs), Ray restarts the actor, and the service answers new
+    queries within 10 s with its load view rebuilt from the replicas' pushes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(i: int) -> int:
+        req = urllib.request.Request(session.url + "/v1/queries", method="POST",
+                                     data=json.dumps({"item_id": 200 + i, "budget_s": 60}).encode(),
+                                     headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=90) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            body = json.loads(e.read())
+            assert e.code == 503 and "retry" in body["error"], body
+            assert e.headers["Retry-After"], body
+            return e.code
+
+    with ThreadPoolExecutor(12) as ex:
+        futs = [ex.submit(ask, i) for i in range(12)]
+        time.sleep(0.5)  # queries are in flight
+        ray.kill(session.orchestrator, no_restart=False)
+        killed = time.time()
+        codes = [f.result(timeout=120) for f in futs]  # none hangs
+    assert set(codes) <= {200, 503} and 503 in codes, codes
+    answered = None
+    while time.time() - killed < 30:
+        try:
+            _post(session, {"item_id": 300, "budget_s": 30})
+            answered = time.time() - killed
+            break
+        except urllib.error.HTTPError:
+            time.sleep(0.2)
+    print(f"\norchestrator killed: {codes.count(503)} of {len(codes)} in-flight queries got 503, "
+          f"a new query answered {answered} s after the kill")
+    assert answered is not None and answered < 10.0, answered
+    st = ray.get(session.orchestrator.state.remote())
+    assert all(m["age_s"] is not None and m["age_s"] < 2.0 for m in st["models"].values()), st

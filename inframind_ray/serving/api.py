@@ -160,9 +160,13 @@ def build_fastapi(cfg: PoolConfig) -> FastAPI:
 
 
 async def _call(ref) -> dict:  # noqa: ANN001 - a Ray ObjectRef
-    """Await the orchestrator; an unexpected failure is a JSON 500 with one line, not a crash."""
+    """Await the orchestrator. Its death or restart mid-query is a retryable 503 (the query was
+    lost with it; Ray restarts the actor); any other failure a JSON 500 with one line."""
     try:
         return await ref
+    except ray.exceptions.RayActorError:  # died, restarting or unreachable
+        return {"http_status": 503, "retry_after": 2,
+                "error": "the orchestrator restarted; this query did not complete: retry it"}
     except Exception as e:  # noqa: BLE001 - reported to the client and in the replica log
         cause = getattr(e, "cause", None) or e
         first = str(cause).strip().splitlines()[-1] if str(cause).strip() else ""

@@ -54,12 +54,15 @@ def start(cfg: PoolConfig, *, address: str | None = None, wait_s: float = 300.0)
     """Deploy the pool: orchestrator actor, one deployment per model, the HTTP ingress."""
     started = init_ray(address)
     s = cfg.serving
+    # Ray restarts a dead orchestrator (max_restarts); it rebuilds its load view from the
+    # replicas' next pushes. Its in-flight queries are not retried (max_task_retries 0): the
+    # ingress answers them 503 with Retry-After, since a query may already have run agent calls.
+    # No runtime_env (tracing's mode is an argument): a restart can take a prestarted worker.
     orch = ray.remote(Orchestrator).options(
         name=ORCHESTRATOR, namespace=NAMESPACE, get_if_exists=False, max_concurrency=10_000,
         num_cpus=s.orchestrator_num_cpus, lifetime=None,
-        runtime_env={"env_vars": {k: os.environ[k] for k in ("INFRAMIND_OTEL",)
-                                  if k in os.environ}},
-    ).remote(cfg.model_dump())
+        max_restarts=s.orchestrator_max_restarts, max_task_retries=0,
+    ).remote(cfg.model_dump(), otel=os.environ.get("INFRAMIND_OTEL"))
     serve.start(http_options={"host": s.host, "port": s.port}, proxy_location=s.proxy_location)
     models = [
         ModelReplica.options(name=deployment_name(m.name), num_replicas=m.replicas,

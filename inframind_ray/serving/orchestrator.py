@@ -42,7 +42,7 @@ class UserError(ValueError):
 class Orchestrator:
     """Ray actor (created by :func:`inframind_ray.serving.app.start`)."""
 
-    def __init__(self, pool_cfg: dict, app_name: str = APP_NAME) -> None:
+    def __init__(self, pool_cfg: dict, app_name: str = APP_NAME, otel: str | None = None) -> None:
         self.cfg = PoolConfig.model_validate(pool_cfg)
         self.app_name = app_name
         self.pool_info = build_pool_info(self.cfg)
@@ -57,7 +57,7 @@ class Orchestrator:
         self.inflight = 0
         self.served = 0
         self._handles: dict | None = None
-        self.tracing = Tracing()
+        self.tracing = Tracing(otel)
         self._embedder_ready: asyncio.Future | None = None
         self._policy(self.default_policy)  # fail early on a bad default
 
