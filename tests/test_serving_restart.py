@@ -4,7 +4,6 @@ count, and the shipped learned policy routes to it again (the dead replica's num
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -70,15 +69,22 @@ def test_killed_replica_is_dropped_and_its_replacement_seen(session):
     assert dead in _big(session)["replica_ids"]  # the view keys snapshots by that id
     stop = threading.Event()
 
-    def load() -> None:  # queries keep running while the replica dies
+    codes: list[int] = []
+
+    def load(k: int) -> None:  # queries keep running while the replica dies
         i = 0
         while not stop.is_set():
-            with contextlib.suppress(OSError):  # a call on the dying replica may fail
-                _post(session, {"item_id": 100 + i % 50, "budget_s": 30})
+            try:
+                _post(session, {"item_id": 100 + (4 * i + k) % 200, "budget_s": 30})
+                codes.append(200)
+            except urllib.error.HTTPError as e:
+                codes.append(e.code)
             i += 1
 
-    t = threading.Thread(target=load, daemon=True)
-    t.start()
+    threads = [threading.Thread(target=load, args=(k,), daemon=True) for k in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # calls in flight on both replicas
     try:
         ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
         end = time.time() + 180
@@ -98,7 +104,13 @@ def test_killed_replica_is_dropped_and_its_replacement_seen(session):
             time.sleep(0.25)
     finally:
         stop.set()
-        t.join(timeout=120)
+        for t in threads:
+            t.join(timeout=120)
+    # a call whose replica died was sent again to a live replica: no query failed for it
+    counters = ray.get(session.orchestrator.state.remote())["counters"]
+    print(f"\nreplica killed under load: {len(codes)} queries, codes {sorted(set(codes))}, "
+          f"{counters}")
+    assert codes and all(c == 200 for c in codes), (codes, counters)
     big = _big(session)
     assert big["available"] and not big["stale"] and big["replicas"] == 2, big
     assert dead not in big["replica_ids"], big

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import Counter
 
+import ray
 from opentelemetry.trace import NoOpTracer
 
 from inframind_ray.core.clock import WALL_CLOCK, Clock
+from inframind_ray.core.request import RequestStatus
 from inframind_ray.core.types import prompt_tokens
 from inframind_ray.orchestration.runner import AgentCall, AgentResult
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 4
+"""A call whose replica dies is sent again (Serve routes it to a live replica of the model)
+up to this many times in all, while its deadline allows."""
+RETRY_BACKOFF_S = 0.05
 
 
 class ServeBackend:
@@ -17,8 +28,9 @@ class ServeBackend:
     (the wall clock): the call's deadline is an epoch instant and travels unchanged."""
 
     def __init__(self, handles: dict, on_call=None, tracer=None,  # noqa: ANN001
-                 clock: Clock = WALL_CLOCK) -> None:
+                 clock: Clock = WALL_CLOCK, counters: Counter[str] | None = None) -> None:
         self.handles = handles
+        self.counters = Counter() if counters is None else counters
         self.on_call = on_call
         self.tracer = tracer or NoOpTracer()
         self.clock = clock
@@ -46,13 +58,7 @@ class ServeBackend:
         with self.tracer.start_as_current_span("agent_call", attributes={
                 "query_id": call.query.query_id, "node": call.node.id, "role": call.node.role,
                 "model": call.model, "strategy": call.strategy.value}) as span:
-            resp = self.handles[call.model].generate.remote(req)
-            try:
-                res: GenerateResult = await resp
-            except asyncio.CancelledError:
-                resp.cancel()
-                span.set_attribute("status", "cancelled")
-                raise
+            res = await self._send(call.model, req, span)
             span.set_attribute("status", res.status.api)
             span.set_attribute("queue_wait_s", res.queue_wait_s)
             span.set_attribute("output_tokens", res.output_tokens)
@@ -64,3 +70,28 @@ class ServeBackend:
         if self.on_call:
             self.on_call(call, res, out)
         return out
+
+    async def _send(self, model: str, req: GenerateRequest, span) -> GenerateResult:  # noqa: ANN001
+        """Send the request; when the replica dies under it, send it again to the model (a live
+        replica) while the deadline allows, then answer ``ERROR`` (the step fails explicitly;
+        the query goes on with what its other nodes give)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            resp = self.handles[model].generate.remote(req)
+            try:
+                return await resp
+            except asyncio.CancelledError:
+                resp.cancel()
+                span.set_attribute("status", "cancelled")
+                raise
+            except ray.exceptions.RayActorError as e:  # the replica died or is unreachable
+                span.set_attribute("retries", attempt)
+                self.counters["agent_call_retries"] += 1
+                if attempt >= MAX_ATTEMPTS or self.clock.now() + RETRY_BACKOFF_S >= req.deadline:
+                    self.counters["agent_calls_lost"] += 1
+                    log.warning("call %s on %s failed after %d attempts: %s", req.request_id,
+                                model, attempt, type(e).__name__)
+                    return GenerateResult(req.request_id, RequestStatus.ERROR, None,
+                                          detail=f"replica lost: {type(e).__name__}")
+                await asyncio.sleep(RETRY_BACKOFF_S)

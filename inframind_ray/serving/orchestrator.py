@@ -9,6 +9,7 @@ import logging
 import statistics
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 from inframind_ray.config import PoolConfig
@@ -56,6 +57,7 @@ class Orchestrator:
         self.policy_status = "ok"
         self.inflight = 0
         self.served = 0
+        self.counters: Counter[str] = Counter()  # agent_call_retries, agent_calls_lost
         self._handles: dict | None = None
         self.tracing = Tracing(otel)
         self._embedder_ready: asyncio.Future | None = None
@@ -94,7 +96,8 @@ class Orchestrator:
 
             self._handles = {m: serve.get_deployment_handle(deployment_name(m), self.app_name)
                              for m in self.pool_info.names}
-        return ServeBackend(self._handles, self._record_call, self.tracing.tracer)
+        return ServeBackend(self._handles, self._record_call, self.tracing.tracer,
+                            counters=self.counters)
 
     async def ready(self) -> bool:
         """Warm up (embedding model) and report readiness."""
@@ -118,7 +121,7 @@ class Orchestrator:
         return {"models": self.loads.describe(), "inflight_queries": self.inflight,
                 "served_queries": self.served, "default_policy": self.default_policy,
                 "policy_status": self.policy_status,
-                "stale_after_s": self.cfg.serving.stale_after_s}
+                "stale_after_s": self.cfg.serving.stale_after_s, "counters": dict(self.counters)}
 
     def traces(self) -> list[dict]:
         """Finished spans (when INFRAMIND_OTEL=memory)."""
