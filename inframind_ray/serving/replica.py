@@ -73,6 +73,14 @@ class ModelReplica:
         request-level failure."""
         return await admit(self.queue, self.engine.generate, req)
 
+    async def check_health(self) -> None:
+        """Serve's periodic health check (``health_check_period_s``): the engine's own check,
+        and the metrics loop must be alive (a replica the orchestrator cannot see is useless).
+        Raising makes Serve replace this replica."""
+        if self._pusher.done():
+            raise RuntimeError(f"{self.model.name}: the metrics loop stopped")
+        await self.engine.check_health()
+
     def snapshot(self) -> LoadSnapshot:
         """This replica's load right now: its queue over its engine (epoch timestamp)."""
         return self.queue.snapshot_over(self.engine.stats(), model=self.model.name,

@@ -81,5 +81,8 @@ class Engine(ABC):
         """Engine-specific counters beyond the snapshot (for operators and tests)."""
         return {}
 
+    async def check_health(self) -> None:  # noqa: B027 - optional hook
+        """Raise when the engine can no longer serve (Serve then replaces the replica)."""
+
     async def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

@@ -177,6 +177,12 @@ class VLLMEngine(Engine):
         if self.use_chat_template:
             self._tokenizer = self._llm.get_tokenizer()
 
+    async def check_health(self) -> None:
+        """vLLM's own check: raises ``EngineDeadError`` once its engine process has died."""
+        if self._llm is None:
+            raise RuntimeError("vLLM engine not started")
+        await self._llm.check_health()
+
     async def shutdown(self) -> None:
         """Stop the engine process (blocking teardown runs in a worker thread)."""
         llm, self._llm = self._llm, None
