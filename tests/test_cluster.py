@@ -49,7 +49,7 @@ cfg = PoolConfig.model_validate({"name": "two-node", "models": [model("m_a", "no
     model("m_b", "node_b")], "serving": {"port": 8766, "embed": False,
     "records_dir": sys.argv[1]}})
 s = start(cfg, address=cluster.address)
-where = {m: serve.get_deployment_handle(f"model:{m}", "inframind").where.remote().result()
+where = {m: serve.get_deployment_handle(f"model:{m}", f"model:{m}").where.remote().result()
          for m in ("m_a", "m_b")}
 state = ray.get(s.orchestrator.state.remote())["models"]
 print("RESULT " + json.dumps({"where": where, "node_a": a.node_id, "node_b": b.node_id,

@@ -170,7 +170,7 @@ def test_serve_routes_to_the_shortest_queue(session):
     from inframind_ray.serving.engines.base import GenerateRequest
 
     wait_idle(session, 30.0, strict=True)
-    h = serve.get_deployment_handle("model:small", "inframind")
+    h = serve.get_deployment_handle("model:small", "model:small")
 
     async def main():
         blockers = []

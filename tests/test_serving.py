@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -73,7 +74,7 @@ def _json(code: int, raw: bytes) -> dict:
 
 
 def handle(model: str):
-    return serve.get_deployment_handle(f"model:{model}", "inframind")
+    return serve.get_deployment_handle(f"model:{model}", f"model:{model}")
 
 
 
@@ -351,3 +352,45 @@ def test_openai_client_plain_and_streaming_with_history(session):
         client.chat.completions.create(model="inframind", messages=history[:3])
     with pytest.raises(openai.NotFoundError, match="not found"):
         client.chat.completions.create(model="gpt-9", messages=history, stream=True)
+
+
+def test_model_removed_and_added_while_serving(session):
+    """A model taken out of the running pool: queries keep being answered and none routes to
+    it; added back, it reports and serves again. (Last in this module: it changes the pool.)"""
+    wait_idle(session)
+    small = next(m for m in session.cfg.models if m.name == "small")
+    results: list[tuple[int, dict]] = []
+    stop = threading.Event()
+
+    def load(k: int) -> None:
+        i = 0
+        while not stop.is_set() and i < 40:  # bounded
+            results.append(http(session, "POST", "/v1/queries",
+                                {"item_id": 400 + 8 * i + k, "budget_s": 60,
+                                 "policy": "round-robin"})[:2])
+            i += 1
+
+    threads = [threading.Thread(target=load, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        session.remove_model("small")
+        removed_at = len(results)
+        st = ray.get(session.orchestrator.state.remote())
+        assert set(st["models"]) == {"big"}
+        time.sleep(3.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+    assert results and all(code == 200 for code, _ in results), results
+    after = [out for _, out in results[removed_at + 2:]]  # sent after the removal
+    assert after and all(s["model"] == "big" for out in after for s in out["steps"])
+    session.add_model(small)
+    st = ray.get(session.orchestrator.state.remote())
+    assert set(st["models"]) == {"big", "small"} and st["models"]["small"]["age_s"] is not None
+    outs = [http(session, "POST", "/v1/queries", {"item_id": 600 + i, "budget_s": 60,
+                                                  "policy": "round-robin"}) for i in range(3)]
+    assert all(code == 200 for code, _, _ in outs)
+    assert any(s["model"] == "small" for _, out, _ in outs for s in out["steps"])

@@ -58,7 +58,7 @@ def test_orchestrated_query_end_to_end(session):
 
 def test_lower_deadline_finishes_first_when_saturated(session):
     """Two long requests fill the engine's two slots; queued ones finish in deadline order."""
-    h = serve.get_deployment_handle("model:tiny", "inframind")
+    h = serve.get_deployment_handle("model:tiny", "model:tiny")
 
     async def main():
         done = []

@@ -42,6 +42,13 @@ class LoadView:
         self._snaps: dict[str, dict[str, LoadSnapshot]] = {m: {} for m in self.models}
         self._received: dict[str, dict[str, float]] = {m: {} for m in self.models}
 
+    def set_models(self, models: Iterable[str]) -> None:
+        """The pool changed: keep the replicas of models that stay, start empty for new ones,
+        forget removed ones (their later snapshots are ignored)."""
+        self.models = tuple(models)
+        self._snaps = {m: self._snaps.get(m, {}) for m in self.models}
+        self._received = {m: self._received.get(m, {}) for m in self.models}
+
     def push(self, snap: LoadSnapshot) -> None:
         """Record a replica's snapshot."""
         if snap.model in self._snaps:

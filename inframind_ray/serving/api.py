@@ -188,7 +188,7 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
     @serve.deployment(max_ongoing_requests=2048, ray_actor_options={"num_cpus": 0.1})
     @serve.ingress(app)
     class Api:
-        def __init__(self, *model_apps) -> None:  # noqa: ANN002 - bound model deployments
+        def __init__(self) -> None:
             self.orchestrator = ray.get_actor(ORCHESTRATOR, namespace=NAMESPACE)
 
         @app.get("/healthz")

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import ray
 from ray import serve
+from ray.serve.api import RunTarget
 
-from inframind_ray.config import PoolConfig
+from inframind_ray.config import ModelConfig, PoolConfig
 from inframind_ray.serving.api import make_ingress
 from inframind_ray.serving.orchestrator import APP_NAME, Orchestrator
 from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR, ModelReplica, deployment_name
@@ -19,18 +20,52 @@ from inframind_ray.serving.router import router_config
 
 @dataclass
 class Session:
-    """A running deployment of a pool."""
+    """A running deployment of a pool: one Serve application per model (``model:<name>``) and
+    the HTTP ingress application, so a model can be added or removed while the pool serves."""
 
     cfg: PoolConfig
     orchestrator: ray.actor.ActorHandle
     url: str
     started_ray: bool
 
+    def add_model(self, model: ModelConfig, wait_s: float = 300.0) -> None:
+        """Deploy one more model and, once its replicas run and report, put it in the
+        orchestrator's pool (policies see it from the next decision on)."""
+        if model.name in {m.name for m in self.cfg.models}:
+            raise ValueError(f"model {model.name!r} is already in the pool")
+        cfg = self.cfg.model_copy(update={"models": [*self.cfg.models, model]})
+        serve.run_many([model_app(model, cfg)])
+        ray.get(self.orchestrator.set_pool.remote(cfg.model_dump()))
+        self.cfg = cfg
+        _wait_reports(self.orchestrator, wait_s)
+
+    def remove_model(self, name: str, drain_s: float = 30.0) -> None:
+        """Take a model out of the orchestrator's pool first (no new decisions route to it),
+        let the calls already sent finish (at most ``drain_s``), then delete its application."""
+        left = [m for m in self.cfg.models if m.name != name]
+        if len(left) == len(self.cfg.models):
+            raise ValueError(f"model {name!r} is not in the pool")
+        if not left:
+            raise ValueError("cannot remove the pool's last model")
+        cfg = self.cfg.model_copy(update={"models": left})
+        ray.get(self.orchestrator.set_pool.remote(cfg.model_dump()))
+        self.cfg = cfg
+        handle = serve.get_deployment_handle(deployment_name(name), deployment_name(name))
+        end = time.time() + drain_s
+        while time.time() < end:
+            snap = handle.snapshot.remote().result(timeout_s=10)
+            if snap.waiting == 0 and snap.running == 0:
+                break
+            time.sleep(0.2)
+        serve.delete(deployment_name(name))
+
     def stop(self) -> None:
-        """Flush records, delete the app and the orchestrator; shut Ray down if we started it."""
+        """Flush records, delete the apps and the orchestrator; shut Ray down if we started it."""
         with contextlib.suppress(Exception):  # best effort on the way out
             ray.get(self.orchestrator.flush_records.remote(), timeout=30)
         serve.delete(APP_NAME)
+        for m in self.cfg.models:
+            serve.delete(deployment_name(m.name))
         ray.kill(self.orchestrator)
         if self.started_ray:
             serve.shutdown()
@@ -64,21 +99,29 @@ def start(cfg: PoolConfig, *, address: str | None = None, wait_s: float = 300.0)
         max_restarts=s.orchestrator_max_restarts, max_task_retries=0,
     ).remote(cfg.model_dump(), otel=os.environ.get("INFRAMIND_OTEL"))
     serve.start(http_options={"host": s.host, "port": s.port}, proxy_location=s.proxy_location)
-    models = [
-        ModelReplica.options(name=deployment_name(m.name), num_replicas=m.replicas,
-                             ray_actor_options=m.ray_actor_options,
-                             max_ongoing_requests=m.max_num_seqs + m.max_queue + 64,
-                             request_router_config=router_config(s.metrics_period_s))
-        .bind(m.model_dump(), cfg.model_dump())
-        for m in cfg.models
-    ]
-    ingress = make_ingress(cfg).bind(*models)
-    serve.run(ingress, name=APP_NAME, route_prefix="/")
+    serve.run_many([*(model_app(m, cfg) for m in cfg.models),
+                    RunTarget(make_ingress(cfg).bind(), name=APP_NAME, route_prefix="/")])
     ray.get(orch.ready.remote(), timeout=wait_s)
-    deadline = time.time() + wait_s  # wait until every model has pushed metrics once
+    _wait_reports(orch, wait_s)
+    return Session(cfg, orch, f"http://{s.host}:{s.port}", started)
+
+
+def model_app(model: ModelConfig, cfg: PoolConfig) -> RunTarget:
+    """One model's Serve application (no HTTP route; the orchestrator calls it by handle)."""
+    s = cfg.serving
+    app = ModelReplica.options(name=deployment_name(model.name), num_replicas=model.replicas,
+                               ray_actor_options=model.ray_actor_options,
+                               max_ongoing_requests=model.max_num_seqs + model.max_queue + 64,
+                               request_router_config=router_config(s.metrics_period_s),
+                               ).bind(model.model_dump(), cfg.model_dump())
+    return RunTarget(app, name=deployment_name(model.name), route_prefix=None)
+
+
+def _wait_reports(orch: ray.actor.ActorHandle, wait_s: float) -> None:
+    """Wait until every model of the orchestrator's pool has pushed metrics once."""
+    deadline = time.time() + wait_s
     while time.time() < deadline:
         st = ray.get(orch.state.remote())
         if all(v["age_s"] is not None for v in st["models"].values()):
-            break
+            return
         time.sleep(0.2)
-    return Session(cfg, orch, f"http://{s.host}:{s.port}", started)

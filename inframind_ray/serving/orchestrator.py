@@ -43,9 +43,8 @@ class UserError(ValueError):
 class Orchestrator:
     """Ray actor (created by :func:`inframind_ray.serving.app.start`)."""
 
-    def __init__(self, pool_cfg: dict, app_name: str = APP_NAME, otel: str | None = None) -> None:
+    def __init__(self, pool_cfg: dict, otel: str | None = None) -> None:
         self.cfg = PoolConfig.model_validate(pool_cfg)
-        self.app_name = app_name
         self.pool_info = build_pool_info(self.cfg)
         s = self.cfg.serving
         self.loads = LoadView(self.pool_info.names, clock=WALL_CLOCK,
@@ -94,7 +93,8 @@ class Orchestrator:
         if self._handles is None:
             from ray import serve
 
-            self._handles = {m: serve.get_deployment_handle(deployment_name(m), self.app_name)
+            self._handles = {m: serve.get_deployment_handle(deployment_name(m),
+                                                            deployment_name(m))
                              for m in self.pool_info.names}
         return ServeBackend(self._handles, self._record_call, self.tracing.tracer,
                             counters=self.counters)
@@ -122,6 +122,20 @@ class Orchestrator:
                 "served_queries": self.served, "default_policy": self.default_policy,
                 "policy_status": self.policy_status,
                 "stale_after_s": self.cfg.serving.stale_after_s, "counters": dict(self.counters)}
+
+    def set_pool(self, pool_cfg: dict) -> dict:
+        """Change the running pool (a model added or removed): new model cards, the load view
+        keeps the snapshots of the models that stay, policies are rebuilt for the new pool from
+        the next query on (queries in flight finish with the pool they started with)."""
+        cfg = PoolConfig.model_validate(pool_cfg)
+        self.cfg = cfg
+        self.pool_info = build_pool_info(cfg)
+        self.loads.set_models(self.pool_info.names)
+        self.policies.clear()
+        self.policy_status = "ok"
+        self._handles = None
+        self._policy(self.default_policy)
+        return self.state()
 
     def traces(self) -> list[dict]:
         """Finished spans (when INFRAMIND_OTEL=memory)."""
