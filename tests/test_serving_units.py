@@ -223,3 +223,32 @@ def test_replica_latency_ewmas_count_the_queue_wait():
     assert q.e2e_ewma == pytest.approx(want_e2e, abs=0.02)
     assert q.ttft_ewma == pytest.approx(want_e2e - 0.08, abs=0.02)
     assert q.e2e_ewma > 0.12  # an engine-side EWMA would stay at ~0.1
+
+
+def test_serve_config_is_valid_for_serve_deploy(tmp_path):
+    """`inframind serve-config` writes a file Serve's own schema accepts: one application per
+    model (no route) and the ingress at /, each builder importable and building its app from
+    the file's args alone; a bad model name in the args is refused."""
+    import subprocess
+    import sys
+
+    import yaml
+    from ray.serve import Application
+    from ray.serve._private.utils import import_attr
+    from ray.serve.schema import ServeDeploySchema
+
+    out = tmp_path / "serve.yaml"
+    pool = Path(__file__).parent / "pools" / "serve_test.yaml"
+    subprocess.run([sys.executable, "-m", "inframind_ray.cli", "serve-config", "-c", str(pool),
+                    "-o", str(out)], check=True, capture_output=True, timeout=120)
+    raw = yaml.safe_load(out.read_text())
+    schema = ServeDeploySchema.model_validate(raw)
+    apps = {a.name: a for a in schema.applications}
+    assert set(apps) == {"model:big", "model:small", "inframind"}
+    assert apps["inframind"].route_prefix == "/"
+    assert apps["model:big"].route_prefix is None
+    for name in ("model:big", "model:small"):
+        built = import_attr(apps[name].import_path)(apps[name].args)
+        assert isinstance(built, Application)
+    with pytest.raises(ValueError, match="not in pool"):
+        import_attr(apps["model:big"].import_path)({**apps["model:big"].args, "model": "nope"})

@@ -47,6 +47,32 @@ def serve(
         session.stop()
 
 
+def serve_config(
+    config: Annotated[Path, typer.Option("-c", "--config", help="pool or deployment YAML")] = Path(
+        "deployments/twin_pool.yaml"),
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="write here (default: stdout)")
+                   ] = None,
+) -> None:
+    """Serve's own config file for a pool, for `serve deploy FILE` / `serve run FILE` on any Ray
+    cluster: one application per model and the HTTP ingress (which starts the orchestrator)."""
+    import yaml
+
+    from inframind_ray.serving.deploy import serve_config as build
+
+    class _NoAliases(yaml.SafeDumper):
+        def ignore_aliases(self, data: object) -> bool:
+            return True
+
+    text = (f"# Serve config of pool {config} (inframind serve-config); deploy with\n"
+            f"#   serve deploy FILE   (a running Ray cluster with its dashboard)\n"
+            + yaml.dump(build(_serving_cfg(config)), Dumper=_NoAliases, sort_keys=False))
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+        console.print(f"wrote {out}")
+
+
 def _post(url: str, path: str, body: dict, api_key: str | None) -> tuple[int, dict]:
     import json
     import urllib.error

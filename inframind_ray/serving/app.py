@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import ray
 from ray import serve
+from ray.serve import Application
 from ray.serve.api import RunTarget
 
 from inframind_ray.config import ModelConfig, PoolConfig
@@ -34,7 +35,8 @@ class Session:
         if model.name in {m.name for m in self.cfg.models}:
             raise ValueError(f"model {model.name!r} is already in the pool")
         cfg = self.cfg.model_copy(update={"models": [*self.cfg.models, model]})
-        serve.run_many([model_app(model, cfg)])
+        serve.run_many([RunTarget(model_deployment(model, cfg), name=deployment_name(model.name),
+                                  route_prefix=None)])
         ray.get(self.orchestrator.set_pool.remote(cfg.model_dump()))
         self.cfg = cfg
         _wait_reports(self.orchestrator, wait_s)
@@ -89,32 +91,42 @@ def start(cfg: PoolConfig, *, address: str | None = None, wait_s: float = 300.0)
     """Deploy the pool: orchestrator actor, one deployment per model, the HTTP ingress."""
     started = init_ray(address)
     s = cfg.serving
-    # Ray restarts a dead orchestrator (max_restarts); it rebuilds its load view from the
-    # replicas' next pushes. Its in-flight queries are not retried (max_task_retries 0): the
-    # ingress answers them 503 with Retry-After, since a query may already have run agent calls.
-    # No runtime_env (tracing's mode is an argument): a restart can take a prestarted worker.
-    orch = ray.remote(Orchestrator).options(
-        name=ORCHESTRATOR, namespace=NAMESPACE, get_if_exists=False, max_concurrency=10_000,
-        num_cpus=s.orchestrator_num_cpus, lifetime=None,
-        max_restarts=s.orchestrator_max_restarts, max_task_retries=0,
-    ).remote(cfg.model_dump(), otel=os.environ.get("INFRAMIND_OTEL"))
+    orch = orchestrator_actor(cfg, detached=False)
     serve.start(http_options={"host": s.host, "port": s.port}, proxy_location=s.proxy_location)
-    serve.run_many([*(model_app(m, cfg) for m in cfg.models),
+    serve.run_many([*(RunTarget(model_deployment(m, cfg), name=deployment_name(m.name),
+                                route_prefix=None) for m in cfg.models),
                     RunTarget(make_ingress(cfg).bind(), name=APP_NAME, route_prefix="/")])
     ray.get(orch.ready.remote(), timeout=wait_s)
     _wait_reports(orch, wait_s)
     return Session(cfg, orch, f"http://{s.host}:{s.port}", started)
 
 
-def model_app(model: ModelConfig, cfg: PoolConfig) -> RunTarget:
-    """One model's Serve application (no HTTP route; the orchestrator calls it by handle)."""
+def orchestrator_actor(cfg: PoolConfig, detached: bool) -> ray.actor.ActorHandle:
+    """The named orchestrator actor, created if it does not exist (``detached``: it outlives the
+    process that creates it, as under ``serve deploy``).
+
+    Ray restarts it when it dies (``serving.orchestrator_max_restarts``); it rebuilds its load
+    view from the replicas' next pushes. Its in-flight queries are not retried
+    (``max_task_retries`` 0): the ingress answers them 503 with Retry-After, since a query may
+    already have run agent calls. No runtime_env (tracing's mode is an argument), so a restart
+    can take a prestarted worker."""
     s = cfg.serving
-    app = ModelReplica.options(name=deployment_name(model.name), num_replicas=model.replicas,
-                               ray_actor_options=model.ray_actor_options,
-                               max_ongoing_requests=model.max_num_seqs + model.max_queue + 64,
-                               request_router_config=router_config(s.metrics_period_s),
-                               ).bind(model.model_dump(), cfg.model_dump())
-    return RunTarget(app, name=deployment_name(model.name), route_prefix=None)
+    return ray.remote(Orchestrator).options(
+        name=ORCHESTRATOR, namespace=NAMESPACE, get_if_exists=detached, max_concurrency=10_000,
+        num_cpus=s.orchestrator_num_cpus, lifetime="detached" if detached else None,
+        max_restarts=s.orchestrator_max_restarts, max_task_retries=0,
+    ).remote(cfg.model_dump(mode="json"), otel=os.environ.get("INFRAMIND_OTEL"))
+
+
+def model_deployment(model: ModelConfig, cfg: PoolConfig) -> Application:
+    """One model's Serve application: its deployment, bound to its config (no HTTP route; the
+    orchestrator calls it by handle)."""
+    return ModelReplica.options(
+        name=deployment_name(model.name), num_replicas=model.replicas,
+        ray_actor_options=model.ray_actor_options,
+        max_ongoing_requests=model.max_num_seqs + model.max_queue + 64,
+        request_router_config=router_config(cfg.serving.metrics_period_s),
+    ).bind(model.model_dump(mode="json"), cfg.model_dump(mode="json"))
 
 
 def _wait_reports(orch: ray.actor.ActorHandle, wait_s: float) -> None:
