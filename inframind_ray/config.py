@@ -166,6 +166,9 @@ class ServingConfig(BaseModel):
     max_inflight_queries: int = Field(1024, gt=0)
     max_budget_s: float = Field(3600.0, gt=0)
     orchestrator_num_cpus: float = Field(0.5, ge=0)
+    metrics_export_port: int | None = Field(
+        None, ge=1024, le=65535, description="port of Ray's Prometheus endpoint when this package "
+        "starts the cluster (None: Ray's choice)")
     orchestrator_max_restarts: int = Field(
         -1, ge=-1, description="times Ray restarts a dead orchestrator (-1: always)")
     embed: bool = Field(True, description="embed queries with MiniLM in the orchestrator")

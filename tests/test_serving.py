@@ -41,6 +41,7 @@ def session(tmp_path_factory):
     from inframind_ray.serving.app import start
 
     os.environ["INFRAMIND_OTEL"] = "memory"  # the orchestrator keeps its spans in memory
+    os.environ["RAY_metrics_report_interval_ms"] = "1000"  # noqa: SIM112 - export every 1 s
     cfg = load_pool(POOL)
     # a learned-policy checkpoint for this pool's models, served as the default policy
     info = build_pool_info(cfg)
@@ -52,6 +53,7 @@ def session(tmp_path_factory):
     yield s
     s.stop()
     os.environ.pop("INFRAMIND_OTEL", None)
+    os.environ.pop("RAY_metrics_report_interval_ms", None)  # noqa: SIM112
 
 
 def http(session, method: str, path: str, body=None, raw: bytes | None = None,
@@ -352,6 +354,50 @@ def test_openai_client_plain_and_streaming_with_history(session):
         client.chat.completions.create(model="inframind", messages=history[:3])
     with pytest.raises(openai.NotFoundError, match="not found"):
         client.chat.completions.create(model="gpt-9", messages=history, stream=True)
+
+
+def test_prometheus_metrics_and_dashboard(session):
+    """Ray's Prometheus endpoint carries the package's counters, histograms and gauges; the
+    query counter matches the queries served; every metric the Grafana dashboard plots exists."""
+    import re
+
+    from inframind_ray.serving.metrics import NAMES
+
+    wait_idle(session)
+    for i in range(3):
+        assert http(session, "POST", "/v1/queries", {"item_id": 500 + i, "budget_s": 60})[0] == 200
+    port = session.cfg.serving.metrics_export_port
+    served = ray.get(session.orchestrator.state.remote())["served_queries"]
+
+    def scrape() -> dict[str, float]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        totals: dict[str, float] = {}
+        for line in text.decode().splitlines():
+            m = re.match(r"ray_(inframind_[a-z_]+?)(_bucket|_count|_sum)?\{.*\} ([0-9.e+-]+)$",
+                         line)
+            if m:
+                key = m.group(1) + (m.group(2) or "")
+                totals[key] = totals.get(key, 0.0) + float(m.group(3))
+        return totals
+
+    end, got = time.time() + 30, {}
+    while time.time() < end:
+        got = scrape()  # each process exports on its own period: wait for all of them
+        if got.get("inframind_queries_total") == served and {
+                "inframind_replica_requests_total", "inframind_policy_info",
+                "inframind_replica_waiting"} <= set(got):
+            break
+        time.sleep(1.0)
+    assert got.get("inframind_queries_total") == served, (served, got)
+    assert got["inframind_query_latency_s_count"] == served
+    assert got["inframind_agent_calls_total"] >= served
+    assert got["inframind_replica_requests_total"] >= got["inframind_agent_calls_total"] * 0.9
+    assert got["inframind_policy_info"] >= 1
+    dash = json.loads((Path(__file__).parents[1] / "deployments" / "grafana"
+                       / "inframind.json").read_text())
+    used = set(re.findall(r"ray_(inframind_[a-z_]+?)(?:_bucket|_count|_sum)?\b",
+                          json.dumps(dash)))
+    assert used and used <= set(NAMES), used - set(NAMES)
 
 
 def test_model_removed_and_added_while_serving(session):

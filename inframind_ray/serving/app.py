@@ -74,22 +74,25 @@ class Session:
             ray.shutdown()
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Connect to ``address`` (or $RAY_ADDRESS), else start a local cluster. True if started."""
+def init_ray(address: str | None = None, num_cpus: int | None = None,
+             metrics_export_port: int | None = None) -> bool:
+    """Connect to ``address`` (or $RAY_ADDRESS), else start a local cluster (its Prometheus
+    endpoint on ``metrics_export_port`` when given). True if started."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
         return False
+    extra = {} if metrics_export_port is None else {"_metrics_export_port": metrics_export_port}
     ray.init(num_cpus=num_cpus or max(8, os.cpu_count() or 1), include_dashboard=False,
-             namespace=NAMESPACE, log_to_driver=False)
+             namespace=NAMESPACE, log_to_driver=False, **extra)
     return True
 
 
 def start(cfg: PoolConfig, *, address: str | None = None, wait_s: float = 300.0) -> Session:
     """Deploy the pool: orchestrator actor, one deployment per model, the HTTP ingress."""
-    started = init_ray(address)
+    started = init_ray(address, metrics_export_port=cfg.serving.metrics_export_port)
     s = cfg.serving
     orch = orchestrator_actor(cfg, detached=False)
     serve.start(http_options={"host": s.host, "port": s.port}, proxy_location=s.proxy_location)

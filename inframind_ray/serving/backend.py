@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections.abc import Callable
 
 import ray
 from opentelemetry.trace import NoOpTracer
@@ -28,9 +28,10 @@ class ServeBackend:
     (the wall clock): the call's deadline is an epoch instant and travels unchanged."""
 
     def __init__(self, handles: dict, on_call=None, tracer=None,  # noqa: ANN001
-                 clock: Clock = WALL_CLOCK, counters: Counter[str] | None = None) -> None:
+                 clock: Clock = WALL_CLOCK,
+                 on_retry: Callable[[str, bool], None] | None = None) -> None:
         self.handles = handles
-        self.counters = Counter() if counters is None else counters
+        self.on_retry = on_retry  # (model, lost): a call re-sent, or given up (lost)
         self.on_call = on_call
         self.tracer = tracer or NoOpTracer()
         self.clock = clock
@@ -87,9 +88,11 @@ class ServeBackend:
                 raise
             except ray.exceptions.RayActorError as e:  # the replica died or is unreachable
                 span.set_attribute("retries", attempt)
-                self.counters["agent_call_retries"] += 1
-                if attempt >= MAX_ATTEMPTS or self.clock.now() + RETRY_BACKOFF_S >= req.deadline:
-                    self.counters["agent_calls_lost"] += 1
+                lost = (attempt >= MAX_ATTEMPTS
+                        or self.clock.now() + RETRY_BACKOFF_S >= req.deadline)
+                if self.on_retry:
+                    self.on_retry(model, lost)
+                if lost:
                     log.warning("call %s on %s failed after %d attempts: %s", req.request_id,
                                 model, attempt, type(e).__name__)
                     return GenerateResult(req.request_id, RequestStatus.ERROR, None,

@@ -25,6 +25,7 @@ from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.serving.backend import ServeBackend
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
+from inframind_ray.serving.metrics import OrchestratorMetrics
 from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
 from inframind_ray.serving.tracing import Tracing
@@ -57,10 +58,12 @@ class Orchestrator:
         self.inflight = 0
         self.served = 0
         self.counters: Counter[str] = Counter()  # agent_call_retries, agent_calls_lost
+        self.metrics = OrchestratorMetrics()
         self._handles: dict | None = None
         self.tracing = Tracing(otel)
         self._embedder_ready: asyncio.Future | None = None
         self._policy(self.default_policy)  # fail early on a bad default
+        self._policy_metric = False  # set on the first query (a gauge set in __init__ is lost)
 
     # ------------------------------------------------------------------ plumbing
     def _policy(self, name: str) -> Policy:
@@ -97,7 +100,11 @@ class Orchestrator:
                                                             deployment_name(m))
                              for m in self.pool_info.names}
         return ServeBackend(self._handles, self._record_call, self.tracing.tracer,
-                            counters=self.counters)
+                            on_retry=self._on_retry)
+
+    def _on_retry(self, model: str, lost: bool) -> None:
+        self.counters["agent_calls_lost" if lost else "agent_call_retries"] += 1
+        self.metrics.retries.inc(tags={"model": model})
 
     async def ready(self) -> bool:
         """Warm up (embedding model) and report readiness."""
@@ -135,6 +142,7 @@ class Orchestrator:
         self.policy_status = "ok"
         self._handles = None
         self._policy(self.default_policy)
+        self.metrics.set_policy(self.default_policy, self.policy_status)
         return self.state()
 
     def traces(self) -> list[dict]:
@@ -143,8 +151,10 @@ class Orchestrator:
 
     def set_default_policy(self, name: str) -> str:
         """Switch the default policy."""
+        self.metrics.set_policy(self.default_policy, "replaced")
         self._policy(name)
         self.default_policy = name
+        self.metrics.set_policy(name, self.policy_status)
         return name
 
     def flush_records(self) -> list[str]:
@@ -208,6 +218,7 @@ class Orchestrator:
         instants from here to the engine). Returns a dict with ``http_status``."""
         arrival = WALL_CLOCK.now()
         if self.inflight >= self.cfg.serving.max_inflight_queries:
+            self.metrics.shed.inc(tags={"reason": "max_inflight_queries"})
             return {"http_status": 429, "error": "too many queries in flight", "retry_after": 1}
         try:
             q = self._query_info(payload, arrival)
@@ -215,6 +226,10 @@ class Orchestrator:
         except UserError as e:
             return {"http_status": 400, "error": str(e)}
         self.inflight += 1
+        self.metrics.inflight.set(self.inflight)
+        if not self._policy_metric:
+            self.metrics.set_policy(self.default_policy, self.policy_status)
+            self._policy_metric = True
         try:
             if self.cfg.serving.embed:
                 from dataclasses import replace
@@ -229,6 +244,7 @@ class Orchestrator:
                 None, self._grade, res.query, final, payload.get("reference"))
         finally:
             self.inflight -= 1
+            self.metrics.inflight.set(self.inflight)
         self.served += 1
         return self._respond(res, policy.name, correct)
 
@@ -254,7 +270,12 @@ class Orchestrator:
                        "prompt_tokens": s.prompt_tokens,
                        "output_tokens": s.output_tokens} for s in res.steps],
         }
+        m = self.metrics
+        m.queries.inc(tags={"policy": policy, "task": q.task, "status": res.status.api,
+                            "within_budget": str(bool(res.within_budget)).lower()})
+        m.query_latency.observe(res.latency, tags={"policy": policy, "task": q.task})
         if http == 503:
+            m.shed.inc(tags={"reason": "replica_overloaded"})
             out["retry_after"] = 1
             out["error"] = "a model replica is overloaded"
         self.records.add("queries", {
@@ -266,6 +287,9 @@ class Orchestrator:
         return out
 
     def _record_call(self, call: AgentCall, res: GenerateResult, out: AgentResult) -> None:
+        self.metrics.calls.inc(tags={"model": call.model, "strategy": call.strategy.value,
+                                     "status": res.status.api})
+        self.metrics.call_latency.observe(out.end - out.start, tags={"model": call.model})
         self.records.add("calls", {
             "query_id": call.query.query_id, "node_id": call.node.id, "role": call.node.role,
             "kind": call.node.kind.value, "model": call.model, "strategy": call.strategy.value,

@@ -11,7 +11,6 @@ from dataclasses import replace
 
 import ray
 from ray import serve
-from ray.util.metrics import Gauge
 
 from inframind_ray.config import ModelConfig, PoolConfig
 from inframind_ray.core.clock import WALL_CLOCK
@@ -19,6 +18,7 @@ from inframind_ray.core.types import LoadSnapshot
 from inframind_ray.replica.admission import DeadlineQueue
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.engines.factory import make_engine
+from inframind_ray.serving.metrics import ReplicaMetrics
 from inframind_ray.serving.router import routing_stats
 
 NAMESPACE = "inframind"
@@ -62,16 +62,16 @@ class ModelReplica:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.push_enabled = True
         self._orchestrator = None
-        self._gauges = {k: Gauge(f"inframind_replica_{k}", f"replica {k}", tag_keys=("model",))
-                        for k in ("waiting", "running", "kv_usage", "e2e_ewma_s")}
-        for g in self._gauges.values():
-            g.set_default_tags({"model": self.model.name})
+        self.metrics = ReplicaMetrics(self.model.name)
         self._pusher = asyncio.get_running_loop().create_task(self._push_loop())
 
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         """Admit (the shared replica layer) and run one request; never raises for a
         request-level failure."""
-        return await admit(self.queue, self.engine.generate, req)
+        res = await admit(self.queue, self.engine.generate, req)
+        self.metrics.requests.inc(tags={"status": res.status.api})
+        self.metrics.queue_wait.observe(res.queue_wait_s)
+        return res
 
     async def check_health(self) -> None:
         """Serve's periodic health check (``health_check_period_s``): the engine's own check,
@@ -111,7 +111,7 @@ class ModelReplica:
                 snap = self.snapshot()
                 for k, v in (("waiting", snap.waiting), ("running", snap.running),
                              ("kv_usage", snap.kv_usage), ("e2e_ewma_s", snap.e2e_s)):
-                    self._gauges[k].set(v)
+                    self.metrics.gauges[k].set(v)
                 if self._orchestrator is None:
                     self._orchestrator = ray.get_actor(ORCHESTRATOR, namespace=NAMESPACE)
                 self._orchestrator.push_metrics.remote(snap)

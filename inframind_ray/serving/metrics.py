@@ -1,0 +1,66 @@
+"""Prometheus metrics of the serving plane, through Ray's metrics export (each node's metrics
+agent serves them at ``/metrics``, names prefixed ``ray_``; ``serving.metrics_export_port``
+fixes the port of a cluster this package starts). The Grafana dashboard
+``deployments/grafana/inframind.json`` plots them; every name it uses is listed in ``NAMES``.
+"""
+
+from __future__ import annotations
+
+from ray.util.metrics import Counter, Gauge, Histogram
+
+LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+NAMES = (
+    "inframind_queries_total", "inframind_query_latency_s", "inframind_queries_shed_total",
+    "inframind_inflight_queries", "inframind_policy_info", "inframind_agent_calls_total",
+    "inframind_agent_call_latency_s", "inframind_agent_call_retries_total",
+    "inframind_replica_requests_total", "inframind_replica_queue_wait_s",
+    "inframind_replica_waiting", "inframind_replica_running", "inframind_replica_kv_usage",
+    "inframind_replica_e2e_ewma_s",
+)
+"""Every metric this package exports (without Ray's ``ray_`` prefix)."""
+
+
+class OrchestratorMetrics:
+    """Queries, agent calls, shedding, retries and the serving policy, from the orchestrator."""
+
+    def __init__(self) -> None:
+        self.queries = Counter("inframind_queries_total", "queries answered, by final status",
+                               tag_keys=("policy", "task", "status", "within_budget"))
+        self.query_latency = Histogram("inframind_query_latency_s", "query latency (s)",
+                                       boundaries=list(LATENCY_BUCKETS_S),
+                                       tag_keys=("policy", "task"))
+        self.shed = Counter("inframind_queries_shed_total", "queries refused at the ingress",
+                            tag_keys=("reason",))
+        self.inflight = Gauge("inframind_inflight_queries", "queries in flight")
+        self.policy = Gauge("inframind_policy_info", "1 for the serving default policy",
+                            tag_keys=("policy", "status"))
+        self.calls = Counter("inframind_agent_calls_total", "agent calls, by model and status",
+                             tag_keys=("model", "strategy", "status"))
+        self.call_latency = Histogram("inframind_agent_call_latency_s",
+                                      "agent call latency at the orchestrator (s)",
+                                      boundaries=list(LATENCY_BUCKETS_S), tag_keys=("model",))
+        self.retries = Counter("inframind_agent_call_retries_total",
+                               "agent calls sent again after their replica died",
+                               tag_keys=("model",))
+
+    def set_policy(self, name: str, status: str) -> None:
+        """The default policy now serving (status ``ok`` or the fallback's reason)."""
+        self.policy.set(1.0, tags={"policy": name, "status": status[:120]})
+
+
+class ReplicaMetrics:
+    """Per model replica: requests by outcome, queue wait, and the load gauges it pushes."""
+
+    def __init__(self, model: str) -> None:
+        tags = {"model": model}
+        self.requests = Counter("inframind_replica_requests_total",
+                                "requests answered by the replica, by status",
+                                tag_keys=("model", "status"))
+        self.queue_wait = Histogram("inframind_replica_queue_wait_s",
+                                    "wait in the replica's queue before the engine (s)",
+                                    boundaries=list(LATENCY_BUCKETS_S), tag_keys=("model",))
+        self.gauges = {k: Gauge(f"inframind_replica_{k}", f"replica {k}", tag_keys=("model",))
+                       for k in ("waiting", "running", "kv_usage", "e2e_ewma_s")}
+        for m in (self.requests, self.queue_wait, *self.gauges.values()):
+            m.set_default_tags(tags)
