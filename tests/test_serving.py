@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -34,13 +35,54 @@ from inframind_ray.twin.simloop import run_simulated
 POOL = Path(__file__).parent / "pools" / "serve_test.yaml"
 
 
+class _OTLPReceiver(BaseHTTPRequestHandler):
+    """A real OTLP/HTTP trace receiver on loopback: decodes each export request's spans."""
+
+    spans: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        req = ExportTraceServiceRequest()
+        req.ParseFromString(self.rfile.read(int(self.headers["content-length"])))
+        for rs in req.resource_spans:
+            service = next((a.value.string_value for a in rs.resource.attributes
+                            if a.key == "service.name"), "")
+            for ss in rs.scope_spans:
+                for sp in ss.spans:
+                    self.spans.append({
+                        "name": sp.name, "service": service, "trace_id": sp.trace_id.hex(),
+                        "span_id": sp.span_id.hex(), "parent": sp.parent_span_id.hex(),
+                        "attributes": {a.key: a.value.string_value or a.value.int_value
+                                       for a in sp.attributes}})
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:  # noqa: ANN002
+        pass
+
+
 @pytest.fixture(scope="module")
-def session(tmp_path_factory):
+def otlp():
+    """The OTLP receiver's spans; the served pool exports to it."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _OTLPReceiver)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory, otlp):
     import os
 
     from inframind_ray.serving.app import start
 
-    os.environ["INFRAMIND_OTEL"] = "memory"  # the orchestrator keeps its spans in memory
+    # the orchestrator keeps its spans in memory, and every process exports them over OTLP
+    os.environ["INFRAMIND_OTEL"] = "memory,otlp"
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{otlp.server_port}"
     os.environ["RAY_metrics_report_interval_ms"] = "1000"  # noqa: SIM112 - export every 1 s
     cfg = load_pool(POOL)
     # a learned-policy checkpoint for this pool's models, served as the default policy
@@ -53,6 +95,7 @@ def session(tmp_path_factory):
     yield s
     s.stop()
     os.environ.pop("INFRAMIND_OTEL", None)
+    os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     os.environ.pop("RAY_metrics_report_interval_ms", None)  # noqa: SIM112
 
 
@@ -354,6 +397,34 @@ def test_openai_client_plain_and_streaming_with_history(session):
         client.chat.completions.create(model="inframind", messages=history[:3])
     with pytest.raises(openai.NotFoundError, match="not found"):
         client.chat.completions.create(model="gpt-9", messages=history, stream=True)
+
+
+def test_otlp_traces_span_orchestrator_and_replicas(session, otlp):
+    """Traces reach a real OTLP receiver: the query span, its agent calls, and each replica's
+    ``replica_generate`` span as the child of its agent call, all in one trace."""
+    wait_idle(session)
+    code, out, _ = http(session, "POST", "/v1/queries", {"item_id": 73, "budget_s": 60,
+                                                          "policy": "random",
+                                                          "query_id": "otlp-me"})
+    assert code == 200
+    ray.get(session.orchestrator.traces.remote())  # flushes the orchestrator's batch
+    end = time.time() + 20
+    while time.time() < end:
+        spans = list(_OTLPReceiver.spans)
+        q = [s for s in spans if s["name"] == "query" and s["attributes"].get("query_id")
+             == "otlp-me"]
+        calls = [s for s in spans if s["name"] == "agent_call"
+                 and s["attributes"].get("query_id") == "otlp-me"]
+        reps = [s for s in spans if s["name"] == "replica_generate"
+                and str(s["attributes"].get("request_id", "")).startswith("otlp-me/")]
+        if q and len(calls) == len(out["steps"]) and len(reps) == len(calls):
+            break
+        time.sleep(0.5)
+    assert len(q) == 1 and q[0]["service"] == "inframind-orchestrator"
+    assert len(calls) == len(out["steps"]) and len(reps) == len(calls), (len(calls), len(reps))
+    assert {s["trace_id"] for s in calls + reps} == {q[0]["trace_id"]}
+    assert {r["parent"] for r in reps} == {c["span_id"] for c in calls}
+    assert all(r["service"].startswith("inframind-replica-") for r in reps)
 
 
 def test_prometheus_metrics_and_dashboard(session):

@@ -14,6 +14,7 @@ from inframind_ray.core.request import RequestStatus
 from inframind_ray.core.types import prompt_tokens
 from inframind_ray.orchestration.runner import AgentCall, AgentResult
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
+from inframind_ray.serving.tracing import inject
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +42,25 @@ class ServeBackend:
         start = self.clock.now()
         ups = [u for u in call.upstream if u.status.ok]
         up_tokens = sum(u.output_tokens for u in ups)
-        req = GenerateRequest(
-            request_id=f"{call.query.query_id}/{call.node.id}",
-            prompt=call.prompt,
-            max_tokens=call.max_tokens,
-            deadline=call.deadline,
-            strategy=call.strategy.value,
-            kind=call.node.kind.value,
-            item_id=call.query.item_id,
-            task=call.query.task,
-            query_id=call.query.query_id,
-            upstream_answers=tuple(u.answer for u in ups),
-            prompt_tokens_hint=prompt_tokens(call.query, call.strategy, up_tokens),
-            upstream_tokens=up_tokens,
-            sample=call.sample,
-        )
         with self.tracer.start_as_current_span("agent_call", attributes={
                 "query_id": call.query.query_id, "node": call.node.id, "role": call.node.role,
                 "model": call.model, "strategy": call.strategy.value}) as span:
+            req = GenerateRequest(
+                request_id=f"{call.query.query_id}/{call.node.id}",
+                prompt=call.prompt,
+                max_tokens=call.max_tokens,
+                deadline=call.deadline,
+                strategy=call.strategy.value,
+                kind=call.node.kind.value,
+                item_id=call.query.item_id,
+                task=call.query.task,
+                query_id=call.query.query_id,
+                upstream_answers=tuple(u.answer for u in ups),
+                prompt_tokens_hint=prompt_tokens(call.query, call.strategy, up_tokens),
+                upstream_tokens=up_tokens,
+                sample=call.sample,
+                trace_context=tuple(inject().items()),
+            )
             res = await self._send(call.model, req, span)
             span.set_attribute("status", res.status.api)
             span.set_attribute("queue_wait_s", res.queue_wait_s)

@@ -146,7 +146,8 @@ class Orchestrator:
         return self.state()
 
     def traces(self) -> list[dict]:
-        """Finished spans (when INFRAMIND_OTEL=memory)."""
+        """Finished spans (when INFRAMIND_OTEL has memory); exports buffered OTLP spans."""
+        self.tracing.flush()
         return self.tracing.finished()
 
     def set_default_policy(self, name: str) -> str:

@@ -20,6 +20,7 @@ from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.engines.factory import make_engine
 from inframind_ray.serving.metrics import ReplicaMetrics
 from inframind_ray.serving.router import routing_stats
+from inframind_ray.serving.tracing import Tracing, extract
 
 NAMESPACE = "inframind"
 ORCHESTRATOR = "inframind-orchestrator"
@@ -63,12 +64,20 @@ class ModelReplica:
         self.push_enabled = True
         self._orchestrator = None
         self.metrics = ReplicaMetrics(self.model.name)
+        self.tracing = Tracing(service=f"inframind-replica-{self.model.name}")
         self._pusher = asyncio.get_running_loop().create_task(self._push_loop())
 
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         """Admit (the shared replica layer) and run one request; never raises for a
         request-level failure."""
-        res = await admit(self.queue, self.engine.generate, req)
+        with self.tracing.tracer.start_as_current_span(
+                "replica_generate", context=extract(dict(req.trace_context)), attributes={
+                    "model": self.model.name, "replica_id": self.replica_id,
+                    "request_id": req.request_id}) as span:
+            res = await admit(self.queue, self.engine.generate, req)
+            span.set_attribute("status", res.status.api)
+            span.set_attribute("queue_wait_s", res.queue_wait_s)
+            span.set_attribute("output_tokens", res.output_tokens)
         self.metrics.requests.inc(tags={"status": res.status.api})
         self.metrics.queue_wait.observe(res.queue_wait_s)
         return res

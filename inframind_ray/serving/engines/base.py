@@ -38,6 +38,7 @@ class GenerateRequest:
     prompt_tokens_hint: int | None = None
     upstream_tokens: int = 0
     sample: int = 0
+    trace_context: tuple[tuple[str, str], ...] = ()  # W3C trace headers of the agent call span
 
 
 @dataclass(frozen=True)
