@@ -252,3 +252,69 @@ def test_serve_config_is_valid_for_serve_deploy(tmp_path):
         assert isinstance(built, Application)
     with pytest.raises(ValueError, match="not in pool"):
         import_attr(apps["model:big"].import_path)({**apps["model:big"].args, "model": "nope"})
+
+
+def _unpruned(node: object, schema: dict, path: str = "") -> list[str]:
+    """Fields of ``node`` the CRD's structural schema would silently prune (unknown keys)."""
+    out: list[str] = []
+    if isinstance(node, dict) and "properties" in schema:
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return out
+        for k, v in node.items():
+            if k not in schema["properties"]:
+                out.append(f"{path}.{k}")
+            else:
+                out += _unpruned(v, schema["properties"][k], f"{path}.{k}")
+    elif isinstance(node, list) and "items" in schema:
+        for i, v in enumerate(node):
+            out += _unpruned(v, schema["items"], f"{path}[{i}]")
+    return out
+
+
+@pytest.mark.parametrize("pool", ["deployments/vllm_gpu_pool.yaml", "deployments/twin_pool.yaml"])
+def test_rayservice_manifest_matches_the_kuberay_crd(tmp_path, pool):
+    """`inframind kuberay` writes a RayService the KubeRay CRD's schema (offline copy) accepts,
+    with no field the API server would prune; its serveConfigV2 is a valid Serve config; the
+    GPU pool's worker groups carry the pool's placement resources and enough GPUs."""
+    import json
+    import subprocess
+    import sys
+
+    import jsonschema
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    root = Path(__file__).parents[1]
+    out = tmp_path / "rayservice.yaml"
+    subprocess.run([sys.executable, "-m", "inframind_ray.cli", "kuberay", "-c", str(root / pool),
+                    "--image", "example.com/inframind-ray:0.1.0", "-o", str(out)],
+                   check=True, capture_output=True, timeout=120)
+    manifest = yaml.safe_load(out.read_text())
+    crd = json.loads((root / "tests/data/kuberay/rayservice_v1_schema.json").read_text())
+    assert manifest["apiVersion"] == f"{crd['group']}/{crd['version']}"
+    assert manifest["kind"] == crd["kind"]
+    jsonschema.Draft7Validator(crd["schema"]).validate(manifest)
+    assert _unpruned(manifest, crd["schema"]) == []
+    serve = ServeDeploySchema.model_validate(yaml.safe_load(manifest["spec"]["serveConfigV2"]))
+    assert serve.http_options.host == "0.0.0.0"
+    groups = manifest["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    if "gpu" in pool:
+        from inframind_ray.config import load_pool
+
+        cfg = load_pool(root / pool)
+        need: dict[str, int] = {}
+        for m in cfg.models:  # GPUs per replica: its own, or its vLLM tensor-parallel workers
+            res = next(iter(m.ray_actor_options.get("resources", {})), "gpu")
+            tp = m.engine.engine_kwargs.get("tensor_parallel_size", 1)
+            need[res] = need.get(res, 0) + m.replicas * max(
+                m.ray_actor_options.get("num_gpus", 0), tp)
+        for g in groups:
+            res = json.loads(g["rayStartParams"]["resources"])
+            (name,) = res
+            gpus = g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+            assert g["replicas"] * gpus >= need[name] > 0
+    # a manifest the schema must refuse: replicas as a string
+    bad = json.loads(json.dumps(manifest))
+    bad["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] = "two"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(crd["schema"]).validate(bad)

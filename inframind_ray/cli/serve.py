@@ -73,6 +73,39 @@ def serve_config(
         console.print(f"wrote {out}")
 
 
+def kuberay(
+    config: Annotated[Path, typer.Option("-c", "--config", help="pool or deployment YAML")] = Path(
+        "deployments/vllm_gpu_pool.yaml"),
+    image: Annotated[str, typer.Option(help="container image with Ray 2.60 and inframind_ray "
+                                            "installed")] = "inframind-ray:latest",
+    name: Annotated[str, typer.Option(help="the RayService's name")] = "inframind",
+    gpus_per_node: Annotated[int, typer.Option(min=1, help="GPUs of a worker pod")] = 8,
+    cpus_per_node: Annotated[int, typer.Option(min=1, help="CPUs of a worker pod")] = 32,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="write here (default: stdout)")
+                   ] = None,
+) -> None:
+    """A KubeRay RayService manifest for a pool (`kubectl apply -f FILE`): the Serve config of
+    `serve-config` and a Ray cluster with a worker group per placement resource of the pool."""
+    import yaml
+
+    from inframind_ray.serving.kuberay import rayservice
+
+    class _Blocks(yaml.SafeDumper):  # the embedded Serve config as a readable `|` block
+        pass
+
+    _Blocks.add_representer(str, lambda d, v: d.represent_scalar(
+        "tag:yaml.org,2002:str", v, style="|" if "\n" in v else None))
+    manifest = rayservice(_serving_cfg(config), name=name, image=image,
+                          gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node)
+    text = f"# RayService of pool {config} (inframind kuberay)\n" + yaml.dump(
+        manifest, Dumper=_Blocks, sort_keys=False)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+        console.print(f"wrote {out}")
+
+
 def _post(url: str, path: str, body: dict, api_key: str | None) -> tuple[int, dict]:
     import json
     import urllib.error
