@@ -243,10 +243,10 @@ def test_same_plan_in_twin_and_serve(session):
         (b'{"query": "hi", "budget_s": -3}', 422, "budget_s"),
         (b'{"query": "hi", "budget_s": 1e9}', 422, "budget_s"),
         (b'{"query": "hi", "task": "poetry"}', 422, "task"),
-        (b'{"item_id": 99999999, "budget_s": 10}', 400, "99999999"),
+        (b'{"item_id": 99999999, "budget_s": 10}', 404, "99999999"),
         (b'{"item_id": 5, "task": "gsm9k", "budget_s": 10}', 422, "task"),
-        (b'{"item_id": 5000, "task": "gsm8k", "budget_s": 10}', 400, "gsm8k item id 5000"),
-        (b'{"item_id": 500, "task": "humaneval", "budget_s": 10}', 400, "humaneval item"),
+        (b'{"item_id": 5000, "task": "gsm8k", "budget_s": 10}', 404, "gsm8k item id 5000"),
+        (b'{"item_id": 500, "task": "humaneval", "budget_s": 10}', 404, "humaneval item"),
         (b'{"item_id": false, "budget_s": 10}', 422, "item_id"),
         (b'{"query": "hi", "reference": "4", "task": "mbpp"}', 422, "item"),
         (b'{"query": "hi", "policy": "magic"}', 400, "magic"),
@@ -266,7 +266,7 @@ def test_bad_input_gets_4xx_one_line(session, raw, code, word):
 def test_every_task_family_through_http(session):
     """A GSM8K, MATH and HumanEval item through the HTTP API on the twin engines: the response is
     graded by the family's real grader (code in the sandbox) as the grader run here says; free
-    text grades against a reference; /v1/grade refuses code that does not parse (400)."""
+    text grades against a reference; /v1/grade grades unparsable code as wrong, saying why."""
     from inframind_ray.tasks.registry import family
 
     wait_idle(session)
@@ -281,7 +281,7 @@ def test_every_task_family_through_http(session):
     assert code == 200 and isinstance(out["correct"], bool)
     code, out, _ = http(session, "POST", "/v1/grade", {
         "task": "humaneval", "item_id": 0, "answer": "def has_close_elements(:\n  pass"})
-    assert code == 400 and "does not parse" in out["error"] and "\n" not in out["error"]
+    assert code == 200 and out["correct"] is False and "does not parse" in out["detail"]
     canonical = family("humaneval").correct_text(0)
     code, out, _ = http(session, "POST", "/v1/grade", {
         "task": "humaneval", "item_id": 0, "answer": canonical})
@@ -393,8 +393,10 @@ def test_openai_client_plain_and_streaming_with_history(session):
     assert len(usage) == 1 and usage[0].completion_tokens > 0 and usage[0].prompt_tokens > 0
     assert all(c.id == chunks[0].id for c in chunks)
 
-    with pytest.raises(openai.UnprocessableEntityError, match="last message"):
-        client.chat.completions.create(model="inframind", messages=history[:3])
+    with pytest.raises(openai.UnprocessableEntityError, match="user message"):
+        client.chat.completions.create(model="inframind", messages=[
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "  "}])
     with pytest.raises(openai.NotFoundError, match="not found"):
         client.chat.completions.create(model="gpt-9", messages=history, stream=True)
 

@@ -8,18 +8,29 @@ Serve's method wrappers.
 
 import hmac
 import os
-from typing import Literal
+from typing import Annotated, Literal
 
 import ray
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inframind_ray.config import PoolConfig
+from inframind_ray.grading.numeric import parse_number
 from inframind_ray.serving.chat import (
     MAX_QUERY_CHARS,
+    USER_SAYS_SOMETHING,
     ChatMessage,
     StreamOptions,
     completion,
@@ -33,12 +44,64 @@ Task = Literal[(*FAMILIES, "free")]  # a benchmark family, or free text
 MAX_ANSWER_CHARS = 50_000
 
 
+def _item_id(v: object) -> object:
+    """JSON Schema's integer: an int or an integral float (``5.0``); never a bool or a string."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, bool) or (v is not None and not isinstance(v, int)):
+        raise ValueError("must be an integer")
+    return v
+
+
+ItemId = Annotated[int | None, BeforeValidator(_item_id)]
+_INT = {"type": "integer"}
+_STR = {"type": "string"}
+
+
+def _has(**props: dict) -> dict:
+    """JSON Schema: these properties are present with these types (not null)."""
+    return {"required": list(props), "properties": props}
+
+
+def _task_in(names) -> dict:  # noqa: ANN001
+    return _has(task={"enum": list(names)})
+
+
+_NUMERIC_REFERENCE = {"properties": {"reference": {"pattern": "[0-9]"}}}  # GSM8K compares numbers
+
+QUERY_RULES = {
+    "anyOf": [_has(item_id=_INT), _has(query={**_STR, "pattern": r"\S"})],
+    "allOf": [
+        {"if": _task_in(FAMILIES), "then": {"anyOf": [_has(item_id=_INT), _has(reference=_STR)]}},
+        {"if": _task_in(["free"]), "then": {"not": _has(item_id=_INT)}},
+        {"not": _has(reference=_STR, item_id=_INT)},
+        {"if": _task_in(CODE_FAMILIES), "then": {"not": _has(reference=_STR)}},
+        {"if": _task_in(["gsm8k"]), "then": _NUMERIC_REFERENCE},
+    ],
+}
+"""The cross-field rules of ``QueryRequest``'s validator, in its JSON Schema (the OpenAPI
+document says what the service enforces)."""
+
+GRADE_RULES = {
+    "oneOf": [_has(item_id=_INT), _has(reference=_STR)],
+    "allOf": [{"if": _task_in(["free"]), "then": {"not": _has(item_id=_INT)}},
+              {"if": _task_in(CODE_FAMILIES), "then": {"not": _has(reference=_STR)}},
+              {"if": _task_in(["gsm8k"]), "then": _NUMERIC_REFERENCE}],
+}
+
+
+def _numeric_reference(task: str | None, reference: str | None) -> None:
+    """A GSM8K reference must hold a number (its grader compares numbers)."""
+    if task == "gsm8k" and reference is not None and parse_number(reference) is None:
+        raise ValueError("a gsm8k reference must contain a number")
+
+
 class QueryRequest(BaseModel):
     """POST /v1/queries."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=QUERY_RULES)
     query: str | None = Field(None, max_length=MAX_QUERY_CHARS)
-    item_id: int | None = Field(None, ge=0, strict=True,
+    item_id: ItemId = Field(None, ge=0,
                                 description="item id within `task` (graded)")
     budget_s: float = Field(60.0, gt=0, description="latency budget in seconds")
     task: Task | None = Field(None, description="task family of item_id (default mmlu_pro), or "
@@ -61,15 +124,16 @@ class QueryRequest(BaseModel):
         if self.reference is not None and self.task in CODE_FAMILIES:
             raise ValueError(f"grading free-text {self.task} code needs an item's tests: give "
                              "its item_id instead of a reference")
+        _numeric_reference(self.task, self.reference)
         return self
 
 
 class GradeRequest(BaseModel):
     """POST /v1/grade: grade an answer to a benchmark item with the family's real grader."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=GRADE_RULES)
     task: Task = Field(description="task family")
-    item_id: int | None = Field(None, ge=0, strict=True)
+    item_id: ItemId = Field(None, ge=0)
     answer: str = Field(max_length=MAX_ANSWER_CHARS, description="a response or a program")
     reference: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
 
@@ -77,8 +141,11 @@ class GradeRequest(BaseModel):
     def _item_or_reference(self) -> "GradeRequest":
         if (self.item_id is None) == (self.reference is None):
             raise ValueError("give exactly one of item_id and reference")
+        if self.item_id is not None and self.task == "free":
+            raise ValueError("task free takes no item_id")
         if self.reference is not None and self.task in CODE_FAMILIES:
             raise ValueError(f"grading {self.task} code needs an item's tests: give its item_id")
+        _numeric_reference(self.task, self.reference)
         return self
 
 
@@ -87,13 +154,14 @@ class ChatRequest(BaseModel):
     with ``stream_options.include_usage``; other OpenAI fields are accepted and ignored, the
     policy chooses models and lengths; ``budget_s`` and the grading fields are extras)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra={"allOf": QUERY_RULES["allOf"]})
     model: str = "inframind"
-    messages: list[ChatMessage] = Field(min_length=1, max_length=256)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=256,
+                                        json_schema_extra={"contains": USER_SAYS_SOMETHING})
     stream: bool = False
     stream_options: StreamOptions | None = None
     budget_s: float = Field(60.0, gt=0)
-    item_id: int | None = Field(None, ge=0, strict=True)
+    item_id: ItemId = Field(None, ge=0)
     task: Task | None = None
     reference: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
     policy: str | None = None
@@ -103,10 +171,10 @@ CHAT_PATH = "/v1/chat/completions"
 
 
 def _error(status: int, msg: str, retry_after: int | None = None,
-           openai: bool = False) -> JSONResponse:
+           openai: bool = False, headers: dict | None = None) -> JSONResponse:
     """A 4xx/5xx with a one-line reason: ``{"error": reason}``, or on the OpenAI-compatible
     endpoint OpenAI's shape ``{"error": {"message", "type", "code"}}``."""
-    headers = {"Retry-After": str(retry_after)} if retry_after else None
+    headers = {**(headers or {}), **({"Retry-After": str(retry_after)} if retry_after else {})}
     if openai:
         kind = "invalid_request_error" if status < 500 and status != 429 else "server_error"
         body: dict = {"error": {"message": msg, "type": kind, "code": status}}
@@ -129,11 +197,51 @@ def _first_error(exc: RequestValidationError) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
+def _errors(*codes: int) -> dict:
+    """OpenAPI responses of these error statuses (each a JSON body with a one-line reason)."""
+    why = {400: "malformed JSON, an unknown policy, an answer the grader cannot read",
+           401: "missing or wrong API key", 404: "no such item (or model on the chat endpoint)",
+           413: "body larger than serving.max_body_bytes", 422: "a field or rule violated",
+           429: "too many queries in flight (Retry-After)",
+           503: "a replica on the query's path was full, or the orchestrator restarted "
+                "(Retry-After)"}
+    body = {"application/json": {"schema": {"type": "object", "required": ["error"],
+                                            "properties": {"error": {}}}}}
+    return {c: {"description": why[c], "content": body} for c in codes}
+
+
+def _policy_names(cfg: PoolConfig) -> list[str]:
+    from inframind_ray.policy.baselines import POLICIES
+
+    return [*POLICIES, *(f"pinned:{m.name}" for m in cfg.models)]
+
+
 def build_fastapi(cfg: PoolConfig) -> FastAPI:
-    """The FastAPI app (routes call ``self.orchestrator`` set by the Serve ingress class)."""
+    """The FastAPI app (routes call ``self.orchestrator`` set by the Serve ingress class). Its
+    OpenAPI document carries the pool's settings that the service enforces: the budget's
+    maximum and the policy names."""
     app = FastAPI(title="inframind_ray", version="0.1.0")
     max_body = cfg.serving.max_body_bytes
     key_env = cfg.serving.api_key_env
+    policies = _policy_names(cfg)
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            for name in ("QueryRequest", "ChatRequest"):
+                props = schema["components"]["schemas"][name]["properties"]
+                props["budget_s"]["maximum"] = cfg.serving.max_budget_s
+                props["policy"] = {"anyOf": [{"enum": policies}, {"type": "null"}],
+                                   "title": "Policy"}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), openai=request.url.path == CHAT_PATH,
+                      headers=exc.headers)  # e.g. a 405's Allow
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -195,21 +303,21 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
         async def healthz(self) -> dict:
             return {"status": "ok"}
 
-        @app.get("/v1/state")
+        @app.get("/v1/state", responses=_errors(401))
         async def state(self) -> dict:
             return await self.orchestrator.state.remote()
 
-        @app.post("/v1/queries")
+        @app.post("/v1/queries", responses=_errors(400, 401, 404, 413, 422, 429, 503))
         async def queries(self, body: QueryRequest) -> JSONResponse:
             if body.budget_s > max_budget:
                 return _error(422, f"budget_s: must be <= {max_budget:g} s")
             return _reply(await _call(self.orchestrator.query.remote(body.model_dump())))
 
-        @app.post("/v1/grade")
+        @app.post("/v1/grade", responses=_errors(400, 401, 404, 413, 422))
         async def grade(self, body: GradeRequest) -> JSONResponse:
             return _reply(await _call(self.orchestrator.grade.remote(body.model_dump())))
 
-        @app.post(CHAT_PATH)
+        @app.post(CHAT_PATH, responses=_errors(400, 401, 404, 413, 422, 429, 503))
         async def chat(self, body: ChatRequest) -> JSONResponse:
             if body.budget_s > max_budget:
                 return _error(422, f"budget_s: must be <= {max_budget:g} s", openai=True)

@@ -54,12 +54,24 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+NONEMPTY = r"\S"
+USER_SAYS_SOMETHING = {
+    "required": ["role", "content"],
+    "properties": {"role": {"const": "user"}, "content": {"anyOf": [
+        {"type": "string", "pattern": NONEMPTY},
+        {"type": "array", "contains": {"required": ["text"],
+                                       "properties": {"text": {"type": "string",
+                                                               "pattern": NONEMPTY}}}}]}},
+}
+"""JSON Schema of a user message with some text: ``messages`` must contain one."""
+
+
 def conversation(messages: Sequence[ChatMessage]) -> str:
-    """The query text of a conversation: the last user message alone when it is the whole
-    conversation, else a transcript (``Role: text`` per message) ending with that message.
-    Raises ``ValueError`` when the last message is not a non-empty user message."""
-    if messages[-1].role != "user" or not messages[-1].text().strip():
-        raise ValueError("messages: the last message must be a non-empty user message")
+    """The query text of a conversation: a lone user message as it is, else a transcript
+    (``Role: text`` per message, in order). Raises ``ValueError`` when no user message has
+    text."""
+    if not any(m.role == "user" and m.text().strip() for m in messages):
+        raise ValueError("messages: need a user message with some text")
     if len(messages) == 1:
         return messages[0].text()
     return "\n\n".join(f"{m.role.capitalize()}: {m.text()}" for m in messages)

@@ -41,6 +41,10 @@ class UserError(ValueError):
     """A request the client must fix (HTTP 400)."""
 
 
+class NotFound(UserError):
+    """A request naming an item that does not exist (HTTP 404)."""
+
+
 class Orchestrator:
     """Ray actor (created by :func:`inframind_ray.serving.app.start`)."""
 
@@ -176,7 +180,9 @@ class Orchestrator:
                              prompt_tokens=free_text_prompt_tokens(text), task=task)
         try:
             return family(task).query(item_id, query_id, budget, arrival, text=text or None)
-        except (KeyError, ValueError) as e:
+        except KeyError as e:
+            raise NotFound(str(e).strip("'\"")) from None
+        except ValueError as e:
             raise UserError(str(e).strip("'\"")) from None
 
     @staticmethod
@@ -194,7 +200,7 @@ class Orchestrator:
 
     async def grade(self, payload: dict) -> dict:
         """``POST /v1/grade``: an answer graded by the family's real grader; a code answer that
-        does not parse is the client's error (400)."""
+        does not parse is wrong (``correct`` false, the parse error in ``detail``)."""
         from functools import partial
 
         from inframind_ray.grading import GradingInputError, grade
@@ -202,13 +208,17 @@ class Orchestrator:
         task, item_id, answer = payload["task"], payload.get("item_id"), payload["answer"]
         try:
             if item_id is not None:
-                item = family(task).item(item_id)
+                try:
+                    item = family(task).item(item_id)
+                except KeyError as e:
+                    return {"http_status": 404, "error": str(e).strip("'\"")}
             else:
                 task, item = reference_family(task), {"reference": payload["reference"]}
             res = await asyncio.get_running_loop().run_in_executor(
                 None, partial(grade, task, answer, item, strict=True))
-        except GradingInputError as e:
-            return {"http_status": 400, "error": str(e)}
+        except GradingInputError as e:  # a program that does not parse is a wrong answer
+            return {"task": payload["task"], "item_id": item_id, "correct": False,
+                    "extracted": None, "detail": str(e)}
         except (KeyError, ValueError) as e:
             return {"http_status": 400, "error": str(e).strip("'\"")}
         return {"task": payload["task"], "item_id": item_id, "correct": res.correct,
@@ -225,7 +235,7 @@ class Orchestrator:
             q = self._query_info(payload, arrival)
             policy = self._policy(payload.get("policy") or self.default_policy)
         except UserError as e:
-            return {"http_status": 400, "error": str(e)}
+            return {"http_status": 404 if isinstance(e, NotFound) else 400, "error": str(e)}
         self.inflight += 1
         self.metrics.inflight.set(self.inflight)
         if not self._policy_metric:
