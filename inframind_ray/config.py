@@ -22,7 +22,9 @@ class EngineConfig(BaseModel):
     """How every replica of the pool schedules."""
 
     model_config = ConfigDict(extra="forbid")
-    scheduling: Literal["edf", "fcfs"] = Field("edf", description="waiting-queue order")
+    scheduling: Literal["edf", "fcfs", "plas", "atlas"] = Field(
+        "edf", description="waiting-queue order: earliest deadline, arrival, or Autellix's "
+        "program-level attained service (plas) / along the critical path (atlas)")
     on_deadline: Literal["abort", "continue"] = Field(
         "abort", description="abort an agent call when its query's deadline passes, or let it run"
     )

@@ -1,4 +1,4 @@
-"""A sweep: every (policy, rate) cell, in parallel processes, with a progress bar."""
+"""A sweep: every (scheduling, policy, rate) cell, in parallel processes, with a progress bar."""
 
 from __future__ import annotations
 
@@ -41,14 +41,20 @@ class SweepSpec:
     split: str = "test"
     budget_range_s: tuple[float, float] = A.BUDGET_RANGE_S
     seed: int = 0
-    scheduling: str | None = None
+    scheduling: tuple[str, ...] = ()  # queue orders to compare (empty: the pool's)
     checkpoint: str | None = None
     metrics_period_s: float = 0.0
     pool_history: bool = False
     tasks: tuple[tuple[str, float], ...] = MMLU_ONLY  # (task family, share of the queries)
+    deadlines: bool = True  # False: budget-free (calls carry no deadline; latency only)
+
+    @property
+    def schedulings(self) -> tuple[str, ...]:
+        """The queue orders of the sweep's cells (the pool's when none is listed)."""
+        return self.scheduling or (self.pool.engine.scheduling,)
 
     def cells(self) -> list[CellSpec]:
-        """One cell per (policy, rate), rates outermost so slow cells start early."""
+        """One cell per (scheduling, policy, rate), rates outermost so slow cells start early."""
         from inframind_ray.bench.runner import CellSpec
 
         return [
@@ -57,13 +63,15 @@ class SweepSpec:
                 p,
                 WorkloadSpec(r, self.n_queries, self.arrivals, self.split, self.budget_range_s,
                              self.seed, self.tasks),
-                self.scheduling,
+                s,
                 self.checkpoint,
                 self.metrics_period_s,
                 self.pool_history,
+                deadlines=self.deadlines,
             )
             for r in sorted(self.rates, reverse=True)
             for p in self.policies
+            for s in self.schedulings
         ]
 
 
@@ -94,7 +102,9 @@ def run_sweep(spec: SweepSpec, jobs: int | None = None, progress: bool = True
                     results.append(f.result())
                     bar.advance(task)
     order = {p: i for i, p in enumerate(spec.policies)}
-    results.sort(key=lambda r: (order[r.spec.policy], r.spec.workload.rate_per_min))
+    sched = {s: i for i, s in enumerate(spec.schedulings)}
+    results.sort(key=lambda r: (sched[r.spec.scheduling], order[r.spec.policy],
+                                r.spec.workload.rate_per_min))
     return results, time.perf_counter() - t0
 
 

@@ -38,8 +38,14 @@ def bench(
              "--tasks")] = None,
     budget: Annotated[str, typer.Option(help="latency budget range MIN,MAX in seconds")] = (
         listed(SweepSpec.budget_range_s)),
-    scheduling: Annotated[str, typer.Option(help="pool | edf | fcfs (override the pool)")] = (
-        "pool"),
+    scheduling: Annotated[str, typer.Option(
+        help="queue orders, comma-separated: edf, fcfs, plas, atlas (Autellix's program-level "
+             "attained service / along the critical path), or pool; every listed one runs for "
+             "every policy, rows carry it")] = "pool",
+    deadlines: Annotated[bool, typer.Option(
+        help="agent calls carry their query's deadline (queues shed, calls abort); "
+             "--no-deadlines: a budget-free, latency-only workload (policies still read the "
+             "budget)")] = SweepSpec.deadlines,
     jobs: Annotated[int, typer.Option(help="parallel processes (0 = all cores)")] = 0,
     checkpoint: Annotated[Path | None, typer.Option(
         help="learned-policy checkpoint for 'inframind' (default: the shipped policy)")] = None,
@@ -53,7 +59,8 @@ def bench(
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/bench"),
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
-    """Compare routing policies on the twin over a sweep of arrival rates.
+    """Compare routing policies (and, with --scheduling, queue orders) on the twin over a sweep
+    of arrival rates.
 
     Writes OUT/results.json, OUT/queries.parquet, OUT/calls.parquet, OUT/queue.parquet and plots
     (goodput.png, latency_cdf.png, queue_depth.png, mix.png), and prints a table.
@@ -78,8 +85,7 @@ def bench(
         raise ConfigError("policies", f"unknown policy {unknown[0]!r}; known: "
                           f"{', '.join(POLICIES)}")
     lohi = budget_range(budget)
-    if scheduling not in ("pool", "edf", "fcfs"):
-        raise ConfigError("scheduling", f"must be pool, edf or fcfs, got {scheduling!r}")
+    scheds = _schedulings(scheduling)
     if not metrics_period >= 0:
         raise ConfigError("metrics-period", f"must be >= 0 seconds, got {metrics_period:g}")
     shares = parse_mix(mix if mix is not None else tasks)
@@ -91,9 +97,10 @@ def bench(
 
         LearnedPolicy.load(checkpoint or DEFAULT_CHECKPOINT, build_pool_info(cfg))
     spec = SweepSpec(cfg, str(pool), pols, rate_vals, queries, arrivals, split,
-                     lohi, seed, None if scheduling == "pool" else scheduling,
+                     lohi, seed, tuple(dict.fromkeys(
+                         cfg.engine.scheduling if n == "pool" else n for n in scheds)),
                      str(checkpoint) if checkpoint else None, metrics_period, pool_history,
-                     tuple(shares.items()))
+                     tuple(shares.items()), deadlines)
     results, wall = run_sweep(spec, jobs or None, progress)
     doc = write_outputs(out, spec, results, wall)
     console.print(table(doc))
@@ -104,6 +111,19 @@ def bench(
     sim = doc["meta"]["simulated_s"]
     console.print(f"wrote {out}/results.json, Parquet records and plots; {len(results)} cells, "
                   f"{sim:.0f} simulated s in {wall:.1f} wall s")
+
+
+def _schedulings(text: str) -> tuple[str, ...]:
+    """'fcfs,edf' -> ('fcfs', 'edf') ('pool': the pool file's); ConfigError otherwise."""
+    from inframind_ray.core.request_queue import SchedulingPolicy
+
+    names = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    known = ("pool", *(p.value for p in SchedulingPolicy))
+    bad = [n for n in names if n not in known]
+    if not names or bad:
+        raise ConfigError("scheduling", f"unknown {bad[0] if bad else 'empty'!r}; expected a "
+                          f"comma-separated list of {', '.join(known)}")
+    return names
 
 
 def _check_records(cfg, shares: dict[str, float]) -> None:  # noqa: ANN001 - a PoolConfig
