@@ -23,7 +23,7 @@ models:
     gpus_per_replica: 2
     max_num_seqs: 1
     max_queue: 8
-    engine: {kind: twin, time_scale: 3.0}
+    engine: {kind: twin, time_scale: 2.0}
 serving:
   port: 8767
   metrics_period_s: 0.25
