@@ -160,19 +160,24 @@ def predictors(
 
 
 def pools() -> None:
-    """List the shipped pools and their models."""
-    from inframind_ray.config import POOLS_DIR, load_pool
+    """List the shipped pools (held-out ones under heldout/) and their models: hardware, memory
+    share, KV tokens, and what each replays per task family."""
+    from inframind_ray.config import load_pool, shipped_pools
     from inframind_ray.data import TASK_FAMILIES
     from inframind_ray.pools.hardware import derive_hardware
 
-    for path in sorted(POOLS_DIR.glob("*.yaml")):
-        cfg = load_pool(path)
-        console.print(f"[bold]{path.stem}[/bold]: {cfg.description}")
+    for name in shipped_pools():
+        cfg = load_pool(name)
+        tag = " (held out of training pools)" if name.startswith("heldout/") else ""
+        console.print(f"[bold]{name}[/bold]{tag}: {cfg.description}")
         for m in cfg.models:
             hw = derive_hardware(m)
+            share = (f" gpu_memory_utilization={m.memory_share:g}"
+                     if m.gpu_memory_utilization is not None else "")
+            gpus = f" gpu_ids={m.gpu_ids}" if m.gpu_ids is not None else ""
             console.print(f"  {m.name:16s} answers={m.recorded:30s} profile={m.profile:22s} "
                           f"{m.replicas}x{m.gpus_per_replica}x{m.gpu} max_num_seqs="
-                          f"{m.max_num_seqs} kv={hw.kv_capacity} tokens")
+                          f"{m.max_num_seqs} kv={hw.kv_capacity} tokens{share}{gpus}")
             for fam in TASK_FAMILIES:
                 rec = m.recorded_for(fam)
                 how = ("none (no stand-in named)" if rec is None else
