@@ -8,23 +8,47 @@ from typing import Annotated
 
 import typer
 
-from inframind_ray.bench.sweep import DEFAULT_POLICIES, DEFAULT_QUERIES, DEFAULT_RATES, SweepSpec
+from inframind_ray.bench.sweep import (
+    DEFAULT_DURATION_S,
+    DEFAULT_POLICIES,
+    DEFAULT_RATES,
+    SweepSpec,
+    rates_for,
+)
 from inframind_ray.cli.common import budget_range, console, floats, listed
 from inframind_ray.errors import ConfigError
+
+CAPACITY_HELP = ("the pool's capacity: the arrival rate (req/min) at which the best task-only "
+                 "baseline (always-strongest, static-task, moa) falls below 50 % SLO attainment "
+                 "in twin cells of --duration simulated seconds (rate x duration queries, "
+                 "seed --seed), found by a geometric bisection to 5 %")
 
 
 def bench(
     engine: Annotated[str, typer.Option(help="engine: twin (simulated pool)")] = "twin",
-    pool: Annotated[str, typer.Option(help="pool YAML path or shipped pool name")] = "default",
-    rates: Annotated[str, typer.Option(help="arrival rates, req/min, comma-separated")] = listed(
-        DEFAULT_RATES),
+    pool: Annotated[str, typer.Option(
+        "-c", "--pool", help="pool YAML path or shipped pool name (`inframind pools`); "
+        "`constrained` reproduces figures made before issue 19")] = "default",
+    rates: Annotated[str | None, typer.Option(
+        help=f"arrival rates, req/min, comma-separated [default: {listed(DEFAULT_RATES)}]")] = None,
+    load_factors: Annotated[str | None, typer.Option(
+        help="offered load as multiples of the pool's capacity, e.g. 0.1,0.5,1,2,3 (replaces "
+             "--rates; the capacity is measured first unless --capacity gives it). Capacity = "
+             + CAPACITY_HELP)] = None,
+    capacity: Annotated[float | None, typer.Option(
+        help="the pool's capacity in req/min for --load-factors (skips measuring it)")] = None,
     arrivals: Annotated[str, typer.Option(
         help="poisson, or trace:NAME (azure_conv, azure_code, mooncake_conv)")] = (
         SweepSpec.arrivals),
     policies: Annotated[str, typer.Option(help="comma-separated policy names")] = listed(
         DEFAULT_POLICIES),
-    queries: Annotated[int, typer.Option(help="queries per (policy, rate) cell")] = (
-        DEFAULT_QUERIES),
+    duration: Annotated[float | None, typer.Option(
+        help="simulated seconds of arrivals per (policy, rate) cell: each cell gets rate x "
+             f"duration queries [default: {DEFAULT_DURATION_S:g} unless --queries is given]")
+    ] = None,
+    queries: Annotated[int | None, typer.Option(
+        help="a fixed number of queries per (policy, rate) cell instead of --duration (the "
+             "pre-issue-19 default was 500)")] = None,
     seed: Annotated[int, typer.Option(help="seed of items, budgets and arrivals")] = (
         SweepSpec.seed),
     split: Annotated[str, typer.Option(help="item split: test (default), val, train")] = (
@@ -53,7 +77,9 @@ def bench(
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/bench"),
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
-    """Compare routing policies on the twin over a sweep of arrival rates.
+    """Compare routing policies on the twin over a sweep of offered loads (req/min, or load
+    factors over the pool's measured capacity); each cell is a window of --duration simulated
+    seconds of arrivals (rate x duration queries) unless --queries fixes its size.
 
     Writes OUT/results.json, OUT/queries.parquet, OUT/calls.parquet, OUT/queue.parquet and plots
     (goodput.png, latency_cdf.png, queue_depth.png, mix.png), and prints a table.
@@ -66,7 +92,24 @@ def bench(
 
     if engine != "twin":
         raise ConfigError("engine", f"{engine!r} is not available for bench; use twin")
-    rate_vals = floats(rates, "rates")
+    if rates is not None and load_factors is not None:
+        raise ConfigError("load-factors", "give --rates or --load-factors, not both")
+    if capacity is not None and load_factors is None:
+        raise ConfigError("capacity", "only applies with --load-factors")
+    if capacity is not None and not capacity > 0:
+        raise ConfigError("capacity", f"must be > 0 req/min, got {capacity:g}")
+    if queries is not None and duration is not None:
+        raise ConfigError("duration", "give --duration or --queries, not both")
+    if queries is not None and queries < 1:
+        raise ConfigError("queries", f"must be >= 1, got {queries}")
+    if duration is None and queries is None:
+        duration = DEFAULT_DURATION_S
+    if duration is not None and not duration > 0:
+        raise ConfigError("duration", f"must be > 0 seconds, got {duration:g}")
+    factors = floats(load_factors, "load-factors") if load_factors is not None else None
+    if factors is not None and not all(f > 0 for f in factors):
+        raise ConfigError("load-factors", "every load factor must be > 0")
+    rate_vals = floats(rates, "rates") if rates is not None else DEFAULT_RATES
     bad = [r for r in rate_vals if not r > 0]
     if bad:
         raise ConfigError("rates", f"every rate must be > 0 req/min, got {bad[0]:g}")
@@ -90,12 +133,35 @@ def bench(
         from inframind_ray.pools.cards import build_pool_info
 
         LearnedPolicy.load(checkpoint or DEFAULT_CHECKPOINT, build_pool_info(cfg))
+    sched = None if scheduling == "pool" else scheduling
+    cap_doc = None
+    if factors is not None:
+        if capacity is None:
+            from inframind_ray.bench.capacity import CapacitySpec, capacity_doc
+
+            cspec = CapacitySpec(cfg, tuple(shares.items()),
+                                 duration if queries is None else DEFAULT_DURATION_S, seed,
+                                 split, arrivals, lohi, sched)
+            res = _measure(cspec, progress)
+            cap_doc = capacity_doc(cspec, res, str(pool))
+            capacity = res.capacity_rpm
+            console.print(f"capacity of {pool}: {capacity:.1f} req/min (bracket "
+                          f"{res.lo:.1f}-{res.hi:.1f}, {len(res.probes)} probes)")
+        else:
+            cap_doc = {"pool": str(pool), "capacity_rpm": capacity, "given": True}
+            console.print(f"capacity of {pool}: {capacity:g} req/min (given by --capacity)")
+        rate_vals = rates_for(factors, capacity)
     spec = SweepSpec(cfg, str(pool), pols, rate_vals, queries, arrivals, split,
-                     lohi, seed, None if scheduling == "pool" else scheduling,
+                     lohi, seed, sched,
                      str(checkpoint) if checkpoint else None, metrics_period, pool_history,
-                     tuple(shares.items()))
+                     tuple(shares.items()), duration if queries is None else None,
+                     capacity if factors is not None else None)
+    if queries is None:
+        console.print("cells of " + f"{duration:g} simulated s: " + ", ".join(
+            f"{r:g} req/min x {duration:g} s = {spec.queries_at(r)} queries"
+            for r in sorted(rate_vals)))
     results, wall = run_sweep(spec, jobs or None, progress)
-    doc = write_outputs(out, spec, results, wall)
+    doc = write_outputs(out, spec, results, wall, cap_doc)
     console.print(table(doc))
     if len(shares) > 1:
         from inframind_ray.bench.report import task_table
@@ -104,6 +170,71 @@ def bench(
     sim = doc["meta"]["simulated_s"]
     console.print(f"wrote {out}/results.json, Parquet records and plots; {len(results)} cells, "
                   f"{sim:.0f} simulated s in {wall:.1f} wall s")
+
+
+def _measure(cspec, progress: bool):  # noqa: ANN001, ANN202 - CapacitySpec -> CapacityResult
+    """Measure capacity, one line per probe on the console (a status spinner while running)."""
+    from inframind_ray.bench.capacity import measure_capacity
+
+    def show(p) -> None:  # noqa: ANN001 - a Probe
+        runs = ", ".join(f"{k} {v:.3f}" for k, v in p.attainment.items())
+        console.print(f"  probe {p.rate_per_min:9.1f} req/min ({p.n_queries} queries): "
+                      f"SLO attainment {runs}")
+
+    with console.status("measuring capacity (bisection of twin runs)", spinner="dots") if (
+            progress) else _nullcontext():
+        return measure_capacity(cspec, on_probe=show)
+
+
+def _nullcontext():  # noqa: ANN202
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def capacity(
+    pool: Annotated[str, typer.Option(
+        "-c", "--pool", help="pool YAML path or shipped pool name")] = "default",
+    tasks: Annotated[str, typer.Option(
+        help="task families, comma-separated; equal shares unless --mix gives them")] = (
+        "mmlu_pro"),
+    mix: Annotated[str | None, typer.Option(
+        help="shares of the families, e.g. gsm8k=0.4,mmlu_pro=0.3,math=0.1,humaneval=0.1,"
+             "mbpp=0.1; replaces --tasks")] = None,
+    duration: Annotated[float, typer.Option(
+        help="simulated seconds of arrivals per probe cell (as bench --duration)")] = (
+        DEFAULT_DURATION_S),
+    seed: Annotated[int, typer.Option(help="seed of items, budgets and arrivals")] = 0,
+    split: Annotated[str, typer.Option(help="item split: test (default), val, train")] = "test",
+    arrivals: Annotated[str, typer.Option(help="poisson, or trace:NAME")] = "poisson",
+    budget: Annotated[str, typer.Option(help="latency budget range MIN,MAX in seconds")] = (
+        listed(SweepSpec.budget_range_s)),
+    out: Annotated[Path | None, typer.Option(help="also write the measurement as JSON")] = None,
+    progress: Annotated[bool, typer.Option(help="show a spinner while probing")] = True,
+) -> None:
+    """Measure and print the pool's capacity: the arrival rate (req/min) at which the best
+    task-only baseline (always-strongest, static-task, moa) falls below 50 % SLO attainment in
+    twin cells of --duration simulated seconds (rate x duration queries, fixed seed), found by
+    doubling from 60 req/min and then a geometric bisection to 5 %. Every probe is printed."""
+    import json
+
+    from inframind_ray.bench.capacity import CapacitySpec, capacity_doc
+    from inframind_ray.config import load_pool
+    from inframind_ray.tasks.registry import parse_mix
+
+    shares = parse_mix(mix if mix is not None else tasks)
+    cfg = load_pool(pool)
+    _check_records(cfg, shares)
+    cspec = CapacitySpec(cfg, tuple(shares.items()), duration, seed, split, arrivals,
+                         budget_range(budget))
+    res = _measure(cspec, progress)
+    doc = capacity_doc(cspec, res, pool)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+    console.print(f"capacity of {pool}: {res.capacity_rpm:.1f} req/min (best task-only "
+                  f"baseline at 50 % SLO; bracket {res.lo:.1f}-{res.hi:.1f} req/min, "
+                  f"{len(res.probes)} probes of {duration:g} simulated s)")
 
 
 def _check_records(cfg, shares: dict[str, float]) -> None:  # noqa: ANN001 - a PoolConfig
