@@ -18,14 +18,15 @@ from inframind_ray import assumptions as A  # noqa: E402
 from inframind_ray.bench.runner import CellResult  # noqa: E402
 from inframind_ray.bench.sweep import SweepSpec  # noqa: E402
 
-ROW_KEYS = ("policy", "scheduling", "rate_per_min", "n_queries", "goodput", "accuracy",
-            "slo_attainment",
-            "latency_mean_s", "latency_p95_s", "latency_p99_s", "model_mix", "strategy_mix",
-            "topology_mix")
+ROW_KEYS = ("policy", "scheduling", "rate_per_min", "load_factor", "n_queries", "goodput",
+            "accuracy", "slo_attainment", "latency_mean_s", "latency_p95_s", "latency_p99_s",
+            "model_mix", "strategy_mix", "topology_mix")
 
 
-def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float) -> dict:
-    """The results document: meta + one row per (scheduling, policy, rate)."""
+def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float,
+                 capacity: dict | None = None) -> dict:
+    """The results document: meta (with the capacity measurement that turned load factors into
+    rates, if any) + one row per (scheduling, policy, rate)."""
     rows = []
     for r in results:
         s = r.summary
@@ -46,6 +47,8 @@ def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float) -> d
             "deadlines": spec.deadlines,
             "budget_distribution": f"uniform({spec.budget_range_s[0]}, {spec.budget_range_s[1]}) s",
             "queries_per_cell": spec.n_queries,
+            "duration_s": spec.duration_s,
+            "capacity": capacity,
             "tasks": {t: round(s, 4) for t, s in spec.tasks},
             "wall_s": round(wall_s, 3),
             "simulated_s": round(sum(r.simulated_s for r in results), 3),
@@ -56,10 +59,11 @@ def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float) -> d
     }
 
 
-def write_outputs(out: Path, spec: SweepSpec, results: list[CellResult], wall_s: float) -> dict:
+def write_outputs(out: Path, spec: SweepSpec, results: list[CellResult], wall_s: float,
+                  capacity: dict | None = None) -> dict:
     """results.json, queries.parquet, calls.parquet, queue.parquet and plots under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    doc = results_json(spec, results, wall_s)
+    doc = results_json(spec, results, wall_s, capacity)
     (out / "results.json").write_text(json.dumps(doc, indent=2))
     pq.write_table(pa.Table.from_pylist([q for r in results for q in r.queries]),
                    out / "queries.parquet")
@@ -90,16 +94,21 @@ def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
     rows = doc["rows"]
     policies = list(dict.fromkeys(_series(r, rows) for r in rows))
     rates = sorted({r["rate_per_min"] for r in rows})
+    by_load = all(r.get("load_factor") is not None for r in rows)
+    xkey = "load_factor" if by_load else "rate_per_min"
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for p in policies:
         pr = sorted((r for r in rows if _series(r, rows) == p), key=lambda r: r["rate_per_min"])
-        x = [r["rate_per_min"] for r in pr]
+        x = [r[xkey] for r in pr]
         style = "--" if p == "oracle" else "-"
         axes[0].plot(x, [r["goodput"] for r in pr], style, marker="o", label=p)
         axes[1].plot(x, [r["slo_attainment"] for r in pr], style, marker="o", label=p)
+    cap = (doc["meta"].get("capacity") or {}).get("capacity_rpm")
+    xlabel = (f"load factor (x capacity {cap:g} req/min)" if by_load
+              else "arrival rate (req/min)")
     for ax, t in zip(axes, ("goodput (correct within budget)", "SLO attainment"), strict=True):
-        ax.set_xlabel("arrival rate (req/min)")
+        ax.set_xlabel(xlabel)
         ax.set_title(t)
         ax.grid(alpha=0.3)
         ax.set_ylim(0, 1.02)
@@ -166,10 +175,11 @@ def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
                 v = np.array([r[key].get(c, 0.0) for r in pr])
                 ax.bar(x, v, bottom=bottom, label=c, color=colors[key][c])
                 bottom += v
-            ax.set_xticks(x, [f"{r['rate_per_min']:g}" for r in pr], fontsize=7)
+            ax.set_xticks(x, [f"{r[xkey]:g}" for r in pr], fontsize=7)
             ax.set_ylim(0, 1)
             if i == 0:
-                ax.set_title(key.replace("_", " ") + " per rate (req/min)")
+                ax.set_title(key.replace("_", " ") + (" per load factor" if by_load
+                                                      else " per rate (req/min)"))
             if j == 0:
                 ax.set_ylabel(p, fontsize=8)
             if i == 0:
@@ -209,11 +219,14 @@ def table(doc: dict) -> Table:
     """The printed summary."""
     t = Table(title=f"twin bench: pool={doc['meta']['pool']} split={doc['meta']['split']} "
                     f"seed={doc['meta']['seed']}")
-    for col in ("policy", "scheduling", "rate/min", "goodput", "accuracy", "SLO", "lat mean",
-                "p95", "p99", "calls/q", "timed out"):
+    by_load = any(r.get("load_factor") is not None for r in doc["rows"])
+    for col in ("policy", "scheduling", "rate/min", *(("load",) if by_load else ()), "queries",
+                "goodput", "accuracy", "SLO", "lat mean", "p95", "p99", "calls/q", "timed out"):
         t.add_column(col, justify="right" if col not in ("policy", "scheduling") else "left")
     for r in doc["rows"]:
-        t.add_row(r["policy"], r["scheduling"], f"{r['rate_per_min']:g}", f"{r['goodput']:.3f}",
+        t.add_row(r["policy"], r["scheduling"], f"{r['rate_per_min']:g}",
+                  *((f"{r['load_factor']:g}",) if by_load else ()), str(r["n_queries"]),
+                  f"{r['goodput']:.3f}",
                   f"{r['accuracy']:.3f}", f"{r['slo_attainment']:.3f}",
                   f"{r['latency_mean_s']:.1f}" if r["latency_mean_s"] is not None else "-",
                   f"{r['latency_p95_s']:.1f}", f"{r['latency_p99_s']:.1f}",

@@ -38,6 +38,7 @@ class CellSpec:
     checkpoint: str | None = None  # of the learned policy (default: the shipped one)
     metrics_period_s: float = 0.0  # policies see load snapshots this old at most (0: fresh)
     pool_history: bool = False  # models start with a past load's latency EWMAs (seeded)
+    load_factor: float | None = None  # the rate over the pool's measured capacity, if known
     deadlines: bool = True  # False: budget-free, calls carry no deadline (latency only)
 
 
@@ -226,6 +227,7 @@ def summarize(r: CellResult) -> dict:
         "policy": r.spec.policy,
         "scheduling": r.spec.scheduling,
         "rate_per_min": r.spec.workload.rate_per_min,
+        "load_factor": r.spec.load_factor,
         "n_queries": n,
         **_rates(qs),
         "latency_mean_s": round(float(lat.mean()), 3) if len(lat) else None,

@@ -151,7 +151,9 @@ class VLLMEngine(Engine):
             use_chat_template=spec.chat_template,
             max_output_tokens=spec.max_output_tokens,
             cpu_threads_bind=spec.env.get("VLLM_CPU_OMP_THREADS_BIND"),
-            engine_kwargs=spec.engine_kwargs,
+            engine_kwargs={**({"gpu_memory_utilization": model.gpu_memory_utilization}
+                              if model.gpu_memory_utilization is not None else {}),
+                           **spec.engine_kwargs},
             scheduling=scheduling,
         )
 
