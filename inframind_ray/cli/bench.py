@@ -89,7 +89,9 @@ def bench(
     fixes its size.
 
     Writes OUT/results.json, OUT/queries.parquet, OUT/calls.parquet, OUT/queue.parquet and plots
-    (goodput.png, latency_cdf.png, queue_depth.png, mix.png), and prints a table.
+    (goodput.png, latency_cdf.png, queue_depth.png, mix.png; with several --scheduling also
+    scheduling.png and the load each sustains within a latency over the first's), and prints a
+    table.
     """
     from inframind_ray.bench.report import table, write_outputs
     from inframind_ray.bench.sweep import run_sweep
@@ -170,6 +172,10 @@ def bench(
     results, wall = run_sweep(spec, jobs or None, progress)
     doc = write_outputs(out, spec, results, wall, cap_doc)
     console.print(table(doc))
+    if "sustained_load" in doc:
+        from inframind_ray.bench.scheduling import speedup_table
+
+        console.print(speedup_table(doc["sustained_load"], spec.schedulings[0]))
     if len(shares) > 1:
         from inframind_ray.bench.report import task_table
 
