@@ -126,3 +126,18 @@ def test_plas_queue_iterates_in_rank_order():
                             program=ProgramService(f"p{i}", s, s)))
     assert [r.request_id for r in q] == ["r1", "r3", "r2", "r0"]
     assert [q.pop().request_id for _ in range(len(q))] == ["r1", "r3", "r2", "r0"]
+
+
+def test_vllm_gets_the_level_as_priority():
+    """vLLM's priority is the replica's order: the attained-service level under PLAS / ATLAS
+    (ties by arrival in vLLM: FCFS within a level), the deadline under EDF, one for all under
+    FCFS. (No engine is started: ``request_priority`` is pure.)"""
+    from inframind_ray.serving.engines.base import GenerateRequest
+    from inframind_ray.serving.engines.vllm_engine import VLLMEngine
+
+    req = GenerateRequest("r", "p", 8, 1e12, attained_s=5.0, critical_path_s=0.5)
+    got = {s: VLLMEngine("m", scheduling=s).request_priority(req)
+           for s in ("plas", "atlas", "fcfs")}
+    assert got == {"plas": 3, "atlas": 0, "fcfs": 0}
+    edf = VLLMEngine("m", scheduling="edf")
+    assert edf.request_priority(req) == edf.priority(1e12)
