@@ -62,15 +62,16 @@ def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float,
 def write_outputs(out: Path, spec: SweepSpec, results: list[CellResult], wall_s: float,
                   capacity: dict | None = None) -> dict:
     """results.json, queries.parquet, calls.parquet, queue.parquet and plots under ``out``; with
-    several schedulings also scheduling.png and, in results.json, the load each sustains at a
-    latency over the first listed one's (``bench.scheduling``)."""
+    several schedulings also scheduling.png, scheduling.md (tables) and, in results.json, the
+    load each sustains at a latency over the first listed one's (``bench.scheduling``)."""
     out.mkdir(parents=True, exist_ok=True)
     doc = results_json(spec, results, wall_s, capacity)
     if len(spec.schedulings) > 1:
-        from inframind_ray.bench.scheduling import plot_schedulings, speedups
+        from inframind_ray.bench.scheduling import markdown, plot_schedulings, speedups
 
         doc["sustained_load"] = speedups(doc, spec.schedulings[0])
         plot_schedulings(out, doc)
+        (out / "scheduling.md").write_text(markdown(doc))
     (out / "results.json").write_text(json.dumps(doc, indent=2))
     pq.write_table(pa.Table.from_pylist([q for r in results for q in r.queries]),
                    out / "queries.parquet")

@@ -106,3 +106,35 @@ def speedup_table(items: list[dict], baseline: str = "fcfs") -> Table:
                   "-" if it["sustained"] is None else f"{it['sustained']:.3g}",
                   "-" if it["ratio"] is None else f"{it['ratio']:.2f}x")
     return t
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "-" if v is None or not math.isfinite(v) else format(v, fmt)
+
+
+def markdown(doc: dict) -> str:
+    """scheduling.md: per policy, a row per (load, scheduling) with goodput, SLO attainment,
+    mean / p99 latency and calls per query; then the sustained-load comparison."""
+    rows, xkey = doc["rows"], _x(doc["rows"])
+    lines = []
+    for p in dict.fromkeys(r["policy"] for r in rows):
+        lines += [f"**{p}**", "",
+                  "| load | req/min | scheduling | goodput | SLO | mean s | p99 s | calls/q |"
+                  " timed out |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted((r for r in rows if r["policy"] == p),
+                        key=lambda r: (r["rate_per_min"], 0)):
+            load = _f(r.get("load_factor"), "g") if xkey == "load_factor" else "-"
+            lines.append(f"| {load} | {r['rate_per_min']:g} | {r['scheduling']} | "
+                         f"{r['goodput']:.3f} | {r['slo_attainment']:.3f} | "
+                         f"{_f(r['latency_mean_s'], '.1f')} | {_f(r['latency_p99_s'], '.1f')} | "
+                         f"{r['calls_per_query']:.2f} | {r['timed_out']} |")
+        lines.append("")
+    if doc.get("sustained_load"):
+        lines += ["| policy | scheduling | mean-latency target s | load sustained | ratio |",
+                  "|---|---|---|---|---|"]
+        for it in doc["sustained_load"]:
+            lines.append(f"| {it['policy']} | {it['scheduling']} | {it['target_s']:.1f} | "
+                         f"{_f(it['sustained'], '.3g')} | "
+                         f"{'-' if it['ratio'] is None else format(it['ratio'], '.2f') + 'x'} |")
+        lines.append("")
+    return "\n".join(lines)
