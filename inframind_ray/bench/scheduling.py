@@ -138,3 +138,24 @@ def markdown(doc: dict) -> str:
                          f"{'-' if it['ratio'] is None else format(it['ratio'], '.2f') + 'x'} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def rewrite(results_json: Path) -> None:
+    """Redo scheduling.png, scheduling.md and the sustained-load rows of a results.json in its
+    folder (a sweep written before they existed, or re-plotting without re-running), with its
+    first scheduling as the baseline."""
+    import json
+
+    doc = json.loads(results_json.read_text())
+    scheds = list(dict.fromkeys(r["scheduling"] for r in doc["rows"]))
+    doc["sustained_load"] = speedups(doc, scheds[0])
+    plot_schedulings(results_json.parent, doc)
+    (results_json.parent / "scheduling.md").write_text(markdown(doc))
+    results_json.write_text(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    import sys
+
+    for arg in sys.argv[1:]:
+        rewrite(Path(arg))
