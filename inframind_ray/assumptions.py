@@ -205,3 +205,9 @@ METRICS_FRESH_IN_TWIN = True
 """In the twin, policies read engine metrics at the instant of the decision (age 0), unless
 ``inframind bench --metrics-period S`` serves snapshots refreshed every S seconds. The serving
 plane pushes snapshots every 250 ms and marks old ones stale."""
+
+# --- scheduling ---------------------------------------------------------------------------------
+# The attained-service queues' levels and anti-starvation (Autellix's mechanisms, our values)
+# are read by ``core.request_queue``, which imports nothing above ``core``: they live, with their
+# reasons and ``INFRAMIND_*`` overrides, in ``core.constants`` (LAS_FIRST_S, LAS_RATIO,
+# LAS_LEVELS, STARVATION_RATIO); docs/scheduling.md lists them.
