@@ -228,7 +228,9 @@ def capacity(
     """Measure and print the pool's capacity: the arrival rate (req/min) at which the best
     task-only baseline (always-strongest, static-task, moa) falls below 50 % SLO attainment in
     twin cells of --duration simulated seconds (rate x duration queries, fixed seed), found by
-    doubling from 60 req/min and then a geometric bisection to 5 %. Every probe is printed."""
+    doubling from 60 req/min and then a geometric bisection to 5 %. A probe runs the baselines
+    cheapest first, stops at the first at or above 50 %, and skips one already below 50 % at a
+    lower rate (the first probe runs all three). Every probe is printed."""
     import json
 
     from inframind_ray.bench.capacity import CapacitySpec, capacity_doc
