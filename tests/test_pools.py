@@ -149,3 +149,23 @@ def test_sampler_never_draws_a_heldout_model_set():
     assert len(set(drawn)) > 80  # the other pairs do come up
     with pytest.raises(ValueError, match="held out"):
         sample_pool(rng, SamplerRanges(gpus=HELDOUT_GPUS))
+
+
+def test_moa_on_a_pool_larger_than_a_plan():
+    """MoA on the seven-model held-out pool: the six most accurate models on the query's family
+    propose (a plan holds at most six agents), the strongest aggregates."""
+    from inframind_ray.core.topology import MAX_AGENTS, build_graph
+    from inframind_ray.core.types import QueryInfo, StepContext, SystemState
+    from inframind_ray.policy.baselines import MoA
+    from inframind_ray.pools.cards import build_pool_info
+
+    info = build_pool_info(load_pool("heldout/h100-seven"))
+    pol = MoA(info)
+    q = QueryInfo("q", "text", 60.0, 0.0, category="math", item_id=None, task="gsm8k")
+    plan = pol.plan(q, SystemState(0.0, {}))
+    assert plan.k == MAX_AGENTS < len(info.models)
+    graph = build_graph(plan)
+    chosen = {pol.decide(StepContext(q, plan, n, 1, 0.0, SystemState(0.0, {}))).model
+              for n in graph.nodes if n.kind.value != "aggregator"}
+    weakest = min(info.models, key=lambda m: m.expected_accuracy(q)).name
+    assert len(chosen) == MAX_AGENTS and weakest not in chosen

@@ -24,9 +24,11 @@ DEFAULT_RATES = (10.0, 30.0, 50.0, 100.0, 150.0, 200.0, 300.0)
 DEFAULT_POLICIES = ("inframind", "always-strongest", "static-task", "moa", "random",
                     "round-robin", "least-loaded", "infra-heuristic", "oracle")
 """Policies of the default sweep (the topology heuristics are opt-in)."""
-DEFAULT_DURATION_S = 300.0
-"""Simulated seconds of arrivals per (policy, rate) cell of ``inframind bench`` (the query count
-is rate x duration): long enough that a queue past saturation outgrows the 20-90 s budgets."""
+DEFAULT_DURATION_S = 120.0
+"""Simulated seconds of arrivals per (policy, rate) cell of ``inframind bench`` and per probe of
+``inframind capacity`` (the query count is rate x duration): longer than the 20-90 s budgets, so
+a queue past saturation outgrows them within the cell, and short enough that a sweep to 3x the
+capacity of a realistic pool (thousands of req/min) takes minutes on 2 cores."""
 
 
 def rates_for(load_factors: Sequence[float], capacity_rpm: float) -> tuple[float, ...]:

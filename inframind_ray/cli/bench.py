@@ -18,6 +18,8 @@ from inframind_ray.bench.sweep import (
 from inframind_ray.cli.common import budget_range, console, floats, listed
 from inframind_ray.errors import ConfigError
 
+MAX_CELL_QUERIES = 200_000
+"""The most queries one --duration cell may hold (a typo in --duration or --rates, not a run)."""
 CAPACITY_HELP = ("the pool's capacity: the arrival rate (req/min) at which the best task-only "
                  "baseline (always-strongest, static-task, moa) falls below 50 % SLO attainment "
                  "in twin cells of --duration simulated seconds (rate x duration queries, "
@@ -134,6 +136,13 @@ def bench(
     if not metrics_period >= 0:
         raise ConfigError("metrics-period", f"must be >= 0 seconds, got {metrics_period:g}")
     shares = parse_mix(mix if mix is not None else tasks)
+    if queries is not None and list(shares) == ["mmlu_pro"]:
+        from inframind_ray.tasks.workload import split_items
+
+        have = len(split_items(split)) if split in ("train", "val", "test") else queries
+        if queries > have:  # a fixed count draws distinct items; --duration cells may repeat
+            raise ConfigError("queries", f"{queries} exceeds the {have} items of split "
+                              f"{split!r} (--duration cells repeat items instead)")
     cfg = load_pool(pool)
     _check_records(cfg, shares)
     if "inframind" in pols:  # fail here, in one line, not inside a worker
@@ -166,6 +175,10 @@ def bench(
                      tuple(shares.items()), deadlines, duration if queries is None else None,
                      capacity if factors is not None else None)
     if queries is None:
+        most = spec.queries_at(max(rate_vals))
+        if most > MAX_CELL_QUERIES:
+            raise ConfigError("duration", f"{max(rate_vals):g} req/min x {duration:g} s = {most} "
+                              f"queries in one cell, more than {MAX_CELL_QUERIES}")
         console.print("cells of " + f"{duration:g} simulated s: " + ", ".join(
             f"{r:g} req/min x {duration:g} s = {spec.queries_at(r)} queries"
             for r in sorted(rate_vals)))
@@ -241,7 +254,9 @@ def capacity(
     """Measure and print the pool's capacity: the arrival rate (req/min) at which the best
     task-only baseline (always-strongest, static-task, moa) falls below 50 % SLO attainment in
     twin cells of --duration simulated seconds (rate x duration queries, fixed seed), found by
-    doubling from 60 req/min and then a geometric bisection to 5 %. Every probe is printed."""
+    doubling from 60 req/min and then a geometric bisection to 5 %. A probe runs the baselines
+    cheapest first, stops at the first at or above 50 %, and skips one already below 50 % at a
+    lower rate (the first probe runs all three). Every probe is printed."""
     import json
 
     from inframind_ray.bench.capacity import CapacitySpec, capacity_doc
