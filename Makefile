@@ -40,7 +40,7 @@ test: install-cpu  ## lint, the rooms' import contracts (.importlinter), the who
 	$(BIN)/python -m pytest -q --durations=15
 
 bench: install  ## the twin sweep recorded in docs/twin.md and docs/learning.md
-	$(BIN)/inframind bench --queries 1000 --seed 0 --out docs/bench/default
+	$(BIN)/inframind bench --pool constrained --queries 1000 --seed 0 --out docs/bench/default
 
 policy: install  ## retrain the shipped default policy (docs/learning.md), about 20 min on 2 cores
 	$(BIN)/inframind train -c rllib_configs/default.yaml --out runs/train-default
@@ -49,8 +49,8 @@ policy: install  ## retrain the shipped default policy (docs/learning.md), about
 
 TELEMETRY := --queries 1000 --policies inframind,infra-heuristic,least-loaded,random --no-progress
 predictors: install  ## latency/length predictors fitted on twin telemetry (docs/learning.md)
-	$(BIN)/inframind bench --split train --seed 0 $(TELEMETRY) --out runs/telemetry-train
-	$(BIN)/inframind bench --split val --seed 1 $(TELEMETRY) --out runs/telemetry-val
+	$(BIN)/inframind bench --pool constrained --split train --seed 0 $(TELEMETRY) --out runs/telemetry-train
+	$(BIN)/inframind bench --pool constrained --split val --seed 1 $(TELEMETRY) --out runs/telemetry-val
 	$(BIN)/inframind predictors --calls runs/telemetry-train/calls.parquet \
 		--eval runs/telemetry-val/calls.parquet --out docs/learning/predictors
 

@@ -52,7 +52,7 @@ def fit_predictions(pool, c: float) -> tuple[dict[str, np.ndarray], list[str]]:
 def main() -> None:
     """Entry point."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pool", default="default")
+    ap.add_argument("--pool", default="constrained")  # the figures' pool (issue 19)
     ap.add_argument("--C", type=float, default=0.3, help="inverse L2 strength")
     ap.add_argument("--shrink", type=float, default=1.0, help="weight of the item prediction")
     ap.add_argument("--only", default=None, help="use item predictions for this model only")

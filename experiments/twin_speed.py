@@ -23,7 +23,7 @@ from inframind_ray.tasks.workload import WorkloadSpec
 def main() -> None:
     """Entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pool", default="default")
+    ap.add_argument("--pool", default="constrained")  # the figures' pool (issue 19)
     ap.add_argument("--rate", type=float, default=300.0, help="req/min")
     ap.add_argument("--queries", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)

@@ -119,7 +119,8 @@ STAND_INS = "pool file"
 """Where a pool model has no recorded answers for a family, its pool entry names the recorded
 model it replays there (``stand_ins: {family: model}``), chosen as the nearest recorded model by
 family and size; ``inframind pools`` shows them. The default pool's choices and reasons are
-written beside them in pools/default.yaml."""
+written beside them in pools/default.yaml; every other model's, in pools/catalog.yaml (the models
+random training pools and the held-out pools draw from)."""
 
 # --- multi-agent interaction (what a round does to recorded answers) ---------------------------
 SAMPLE_KEEPS_CORRECT = 0.85
@@ -175,7 +176,16 @@ GPU_MEMORY_UTILIZATION = 0.90
 """vLLM's default gpu_memory_utilization; KV capacity = util x GPU memory - weights (bf16)."""
 
 ACTIVATION_RESERVE_GB_PER_GPU = 4.0
-"""Activation and CUDA-graph memory vLLM keeps outside the KV cache, per GPU."""
+"""Activation and CUDA-graph memory vLLM keeps outside the KV cache, per GPU (and per engine:
+each of several engines sharing a GPU keeps its own)."""
+
+CO_LOCATED_INTERFERENCE = "none"
+"""Engines sharing a GPU (pool models naming the same ``gpu_ids``, each with its
+``gpu_memory_utilization`` share of the memory) are simulated as if each had the GPU's compute
+and memory bandwidth to itself: only their KV capacity follows the share. Real co-located
+engines contend for SMs and bandwidth and slow each other's iterations when both are busy, by an
+amount that depends on both loads; we have no measurement of it (the profiles are of one engine
+per GPU), so the shared-GPU pool's latencies under load are optimistic."""
 
 # --- policies ----------------------------------------------------------------------------------
 TOKEN_BUDGET_QUANTILE = 0.98
@@ -195,3 +205,9 @@ METRICS_FRESH_IN_TWIN = True
 """In the twin, policies read engine metrics at the instant of the decision (age 0), unless
 ``inframind bench --metrics-period S`` serves snapshots refreshed every S seconds. The serving
 plane pushes snapshots every 250 ms and marks old ones stale."""
+
+# --- scheduling ---------------------------------------------------------------------------------
+# The attained-service queues' levels and anti-starvation (Autellix's mechanisms, our values)
+# are read by ``core.request_queue``, which imports nothing above ``core``: they live, with their
+# reasons and ``INFRAMIND_*`` overrides, in ``core.constants`` (LAS_FIRST_S, LAS_RATIO,
+# LAS_LEVELS, STARVATION_RATIO); docs/scheduling.md lists them.

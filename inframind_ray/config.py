@@ -22,7 +22,9 @@ class EngineConfig(BaseModel):
     """How every replica of the pool schedules."""
 
     model_config = ConfigDict(extra="forbid")
-    scheduling: Literal["edf", "fcfs"] = Field("edf", description="waiting-queue order")
+    scheduling: Literal["edf", "fcfs", "plas", "atlas"] = Field(
+        "edf", description="waiting-queue order: earliest deadline, arrival, or Autellix's "
+        "program-level attained service (plas) / along the critical path (atlas)")
     on_deadline: Literal["abort", "continue"] = Field(
         "abort", description="abort an agent call when its query's deadline passes, or let it run"
     )
@@ -97,6 +99,14 @@ class ModelConfig(BaseModel):
     gpus_per_replica: int = Field(1, ge=1, le=16)
     replicas: int = Field(1, ge=1, le=64)
     max_num_seqs: int = Field(32, ge=1, le=1024)
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="vLLM's gpu_memory_utilization: the share of each of its "
+        "GPUs' memory this model's engine may take (weights, activations, KV cache); None: "
+        "vLLM's default (assumptions.GPU_MEMORY_UTILIZATION)")
+    gpu_ids: list[int] | None = Field(
+        None, description="the pool's GPU indices its replicas run on, gpus_per_replica of them "
+        "per replica in order; models naming one index share that GPU (their memory shares "
+        "must sum to <= 1.0 there); None: GPUs of its own")
     kv_capacity_tokens: int | None = Field(None, gt=0, description="override the derived KV size")
     engine: EngineSpec = Field(default_factory=TwinEngineSpec, description="serving engine")
     max_queue: int = Field(256, ge=0, le=100_000, description="replica EDF queue bound")
@@ -104,6 +114,25 @@ class ModelConfig(BaseModel):
         default_factory=lambda: {"num_cpus": 0.1},
         description="Ray options of each replica (num_cpus, num_gpus, resources to pin nodes)",
     )
+
+    @property
+    def memory_share(self) -> float:
+        """The share of each of its GPUs' memory its engine takes (vLLM's default if unset)."""
+        return self.gpu_memory_utilization or A.GPU_MEMORY_UTILIZATION
+
+    @model_validator(mode="after")
+    def _gpu_ids_fit(self) -> ModelConfig:
+        ids = self.gpu_ids
+        if ids is None:
+            return self
+        want = self.replicas * self.gpus_per_replica
+        if len(ids) != want:
+            raise ValueError(f"model {self.name}: gpu_ids lists {len(ids)} GPUs, its "
+                             f"{self.replicas} replica(s) x {self.gpus_per_replica} GPU(s) need "
+                             f"{want}")
+        if len(set(ids)) != len(ids) or min(ids) < 0:
+            raise ValueError(f"model {self.name}: gpu_ids must be distinct indices >= 0")
+        return self
 
     @field_validator("recorded")
     @classmethod
@@ -192,14 +221,42 @@ class PoolConfig(BaseModel):
             raise ValueError(f"duplicate model names: {', '.join(sorted(dup))}")
         return self
 
+    @model_validator(mode="after")
+    def _shared_gpus_fit(self) -> PoolConfig:
+        """Models sharing a GPU (``gpu_ids``) have the same GPU type and memory shares that sum
+        to at most 1.0 on it."""
+        on: dict[int, list[ModelConfig]] = {}
+        for m in self.models:
+            for g in m.gpu_ids or ():
+                on.setdefault(g, []).append(m)
+        for g, ms in sorted(on.items()):
+            if len({m.gpu for m in ms}) > 1:
+                raise ValueError(f"GPU {g} is named by models of different GPU types: "
+                                 + ", ".join(f"{m.name} ({m.gpu})" for m in ms))
+            total = sum(m.memory_share for m in ms)
+            if total > 1.0 + 1e-9:
+                raise ValueError(f"GPU {g} is shared by {', '.join(m.name for m in ms)} whose "
+                                 f"gpu_memory_utilization sums to {total:.2f} > 1.0")
+        return self
+
 
 def resolve_pool_path(pool: str | Path, base: Path | None = None) -> Path:
-    """A path, or the name of a shipped pool (``default`` -> inframind_ray/pools/default.yaml).
-    A relative path is taken from ``base`` (the folder of the file naming it) when given."""
+    """A path, or the name of a shipped pool (``default`` -> inframind_ray/pools/default.yaml,
+    ``heldout/gh200-trio`` -> inframind_ray/pools/heldout/gh200-trio.yaml). A relative path is
+    taken from ``base`` (the folder of the file naming it) when given."""
     p = Path(pool).expanduser()
-    if p.suffix in (".yaml", ".yml") or p.exists() or "/" in str(pool):
+    shipped = POOLS_DIR / f"{pool}.yaml"
+    if p.suffix in (".yaml", ".yml") or p.exists() or ("/" in str(pool)
+                                                        and not shipped.is_file()):
         return p if base is None or p.is_absolute() else base / p
-    return POOLS_DIR / f"{pool}.yaml"
+    return shipped
+
+
+def shipped_pools() -> list[str]:
+    """Names of the shipped pools: ``pools/*.yaml`` and the held-out ``pools/heldout/*.yaml``
+    (the sampler's model catalog, ``pools/catalog.yaml``, is not a pool)."""
+    top = sorted(p.stem for p in POOLS_DIR.glob("*.yaml") if p.stem != "catalog")
+    return top + sorted(f"heldout/{p.stem}" for p in (POOLS_DIR / "heldout").glob("*.yaml"))
 
 
 def read_yaml(path: str | Path, field: str) -> dict:
@@ -288,6 +345,6 @@ def load_pool(pool: str | Path) -> PoolConfig:
     field."""
     path = resolve_pool_path(pool)
     if not path.is_file():
-        shipped = ", ".join(sorted(p.stem for p in POOLS_DIR.glob("*.yaml")))
+        shipped = ", ".join(shipped_pools())
         raise ConfigError("pool", f"no pool file {str(pool)!r} (shipped pools: {shipped})")
     return validated(PoolConfig, _read_pool(path), "pool")

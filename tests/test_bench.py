@@ -67,6 +67,19 @@ def test_fcfs_switch_changes_order_not_work(pool):
         assert r.summary["slo_attainment"] > 0.95
 
 
+def test_sweep_runs_every_listed_scheduling(pool):
+    """--scheduling fcfs,atlas: one cell per (scheduling, policy, rate), rows carry it, and a
+    multi-agent policy's programs are ordered differently (not just relabelled)."""
+    from inframind_ray.bench.sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec(pool, "default", ("moa",), (300.0,), 30, scheduling=("fcfs", "atlas"))
+    results, _ = run_sweep(spec, jobs=1, progress=False)
+    rows = [r.summary for r in results]
+    assert [(r["scheduling"], r["policy"]) for r in rows] == [("fcfs", "moa"), ("atlas", "moa")]
+    assert {c["scheduling"] for r in results for c in r.calls} == {"fcfs", "atlas"}
+    assert rows[0]["latency_mean_s"] != rows[1]["latency_mean_s"]
+
+
 def test_shipped_learned_policy_beats_task_only_under_load(pool):
     """The shipped `inframind` policy keeps always-strongest's accuracy when idle (voting
     ensembles of the strong model), and goes to single agents and sheds load when the strong

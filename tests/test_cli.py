@@ -53,6 +53,7 @@ GOOD_MODEL = """
         (["--tasks", "gsm9k"], "tasks"),
         (["--mix", "gsm8k=0.5,math=lots"], "mix"),
         (["--mix", "gsm8k=1.2,math"], "mix"),
+        (["--scheduling", "edf,lifo"], "scheduling"),
     ],
 )
 def test_bad_input_one_line_exit_2(args, field, tmp_path):

@@ -27,7 +27,9 @@ def test_twin_deployment_is_the_default_pool_plus_serving():
     gpu = load_pool(ROOT / "deployments" / "vllm_gpu_pool.yaml")
     assert [m.name for m in gpu.models] == [m.name for m in pool.models]
     assert all(m.engine.kind == "vllm" for m in gpu.models)
-    assert gpu.models[-1].max_num_seqs == 16 and pool.models[-1].max_num_seqs == 6
+    # since issue 19 the GPU deployment takes its slots from the pool (vLLM's default)
+    assert [m.max_num_seqs for m in gpu.models] == [m.max_num_seqs for m in pool.models]
+    assert gpu.models[-1].max_num_seqs == 1024
     assert gpu.models[0].gpu == pool.models[0].gpu
     small = load_pool(ROOT / "deployments" / "vllm_cpu_small.yaml")
     tiny = load_pool(ROOT / "deployments" / "vllm_cpu_pool.yaml")

@@ -110,7 +110,8 @@ def test_lagrangian_reward_and_lambda_rises(hot_algo):
 
 
 TINY = {
-    "env": {"queries_per_episode": 400, "rate_range": [300, 300], "trace_fraction": 0.0},
+    "env": {"pool": "constrained", "queries_per_episode": 400, "rate_range": [300, 300],
+            "trace_fraction": 0.0},  # the 6-slot 70B congests at 300 req/min
     "warm_start": {"episodes": 3, "epochs": 60},
     "ppo": {"iterations": 1, "train_batch_size": 128, "minibatch_size": 64, "num_epochs": 1},
     "eval": {"every": 1, "rates": [10, 300], "queries": 600, "budget": [15, 45]},

@@ -18,13 +18,15 @@ from inframind_ray import assumptions as A  # noqa: E402
 from inframind_ray.bench.runner import CellResult  # noqa: E402
 from inframind_ray.bench.sweep import SweepSpec  # noqa: E402
 
-ROW_KEYS = ("policy", "rate_per_min", "n_queries", "goodput", "accuracy", "slo_attainment",
-            "latency_mean_s", "latency_p95_s", "latency_p99_s", "model_mix", "strategy_mix",
-            "topology_mix")
+ROW_KEYS = ("policy", "scheduling", "rate_per_min", "load_factor", "n_queries", "goodput",
+            "accuracy", "slo_attainment", "latency_mean_s", "latency_p95_s", "latency_p99_s",
+            "model_mix", "strategy_mix", "topology_mix")
 
 
-def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float) -> dict:
-    """The results document: meta + one row per (policy, rate)."""
+def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float,
+                 capacity: dict | None = None) -> dict:
+    """The results document: meta (with the capacity measurement that turned load factors into
+    rates, if any) + one row per (scheduling, policy, rate)."""
     rows = []
     for r in results:
         s = r.summary
@@ -38,12 +40,15 @@ def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float) -> d
             "seed": spec.seed,
             "split": spec.split,
             "arrivals": spec.arrivals,
-            "scheduling": spec.scheduling or spec.pool.engine.scheduling,
+            "scheduling": list(spec.schedulings),
             "on_deadline": spec.pool.engine.on_deadline,
             "metrics_period_s": spec.metrics_period_s,
             "pool_history": spec.pool_history,
+            "deadlines": spec.deadlines,
             "budget_distribution": f"uniform({spec.budget_range_s[0]}, {spec.budget_range_s[1]}) s",
             "queries_per_cell": spec.n_queries,
+            "duration_s": spec.duration_s,
+            "capacity": capacity,
             "tasks": {t: round(s, 4) for t, s in spec.tasks},
             "wall_s": round(wall_s, 3),
             "simulated_s": round(sum(r.simulated_s for r in results), 3),
@@ -54,38 +59,64 @@ def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float) -> d
     }
 
 
-def write_outputs(out: Path, spec: SweepSpec, results: list[CellResult], wall_s: float) -> dict:
-    """results.json, queries.parquet, calls.parquet, queue.parquet and plots under ``out``."""
+def write_outputs(out: Path, spec: SweepSpec, results: list[CellResult], wall_s: float,
+                  capacity: dict | None = None) -> dict:
+    """results.json, queries.parquet, calls.parquet, queue.parquet and plots under ``out``; with
+    several schedulings also scheduling.png, scheduling.md (tables) and, in results.json, the
+    load each sustains at a latency over the first listed one's (``bench.scheduling``)."""
     out.mkdir(parents=True, exist_ok=True)
-    doc = results_json(spec, results, wall_s)
+    doc = results_json(spec, results, wall_s, capacity)
+    if len(spec.schedulings) > 1:
+        from inframind_ray.bench.scheduling import markdown, plot_schedulings, speedups
+
+        doc["sustained_load"] = speedups(doc, spec.schedulings[0])
+        plot_schedulings(out, doc)
+        (out / "scheduling.md").write_text(markdown(doc))
     (out / "results.json").write_text(json.dumps(doc, indent=2))
     pq.write_table(pa.Table.from_pylist([q for r in results for q in r.queries]),
                    out / "queries.parquet")
     pq.write_table(pa.Table.from_pylist([c for r in results for c in r.calls]),
                    out / "calls.parquet")
     pq.write_table(pa.Table.from_pylist([
-        {"policy": r.spec.policy, "rate_per_min": r.spec.workload.rate_per_min, "model": m,
+        {"policy": r.spec.policy, "scheduling": r.spec.scheduling,
+         "rate_per_min": r.spec.workload.rate_per_min, "model": m,
          "t_s": t, "waiting": w, "running": n}
         for r in results for m, s in r.queue.items() for t, w, n in s]), out / "queue.parquet")
     plot_all(out, doc, results)
     return doc
 
 
+def series(policy: str, scheduling: str | None, rows: list[dict]) -> str:
+    """A row's line in plots and tables: its policy, and its scheduling when the rows have
+    several."""
+    many = len({r["scheduling"] for r in rows}) > 1
+    return f"{policy} · {scheduling}" if many else policy
+
+
+def _series(r: dict, rows: list[dict]) -> str:
+    return series(r["policy"], r["scheduling"], rows)
+
+
 def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
     """goodput.png, latency_cdf.png, queue_depth.png, mix.png."""
     rows = doc["rows"]
-    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    policies = list(dict.fromkeys(_series(r, rows) for r in rows))
     rates = sorted({r["rate_per_min"] for r in rows})
+    by_load = all(r.get("load_factor") is not None for r in rows)
+    xkey = "load_factor" if by_load else "rate_per_min"
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for p in policies:
-        pr = sorted((r for r in rows if r["policy"] == p), key=lambda r: r["rate_per_min"])
-        x = [r["rate_per_min"] for r in pr]
+        pr = sorted((r for r in rows if _series(r, rows) == p), key=lambda r: r["rate_per_min"])
+        x = [r[xkey] for r in pr]
         style = "--" if p == "oracle" else "-"
         axes[0].plot(x, [r["goodput"] for r in pr], style, marker="o", label=p)
         axes[1].plot(x, [r["slo_attainment"] for r in pr], style, marker="o", label=p)
+    cap = (doc["meta"].get("capacity") or {}).get("capacity_rpm")
+    xlabel = (f"load factor (x capacity {cap:g} req/min)" if by_load
+              else "arrival rate (req/min)")
     for ax, t in zip(axes, ("goodput (correct within budget)", "SLO attainment"), strict=True):
-        ax.set_xlabel("arrival rate (req/min)")
+        ax.set_xlabel(xlabel)
         ax.set_title(t)
         ax.grid(alpha=0.3)
         ax.set_ylim(0, 1.02)
@@ -102,7 +133,8 @@ def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
                 continue
             lat = np.sort([q["latency_s"] for q in r.queries if q["status"] != "timed_out"])
             if len(lat):
-                ax.plot(lat, np.arange(1, len(lat) + 1) / len(r.queries), label=r.spec.policy)
+                ax.plot(lat, np.arange(1, len(lat) + 1) / len(r.queries),
+                        label=series(r.spec.policy, r.spec.scheduling, rows))
         ax.set_xscale("log")
         ax.set_xlabel("query latency (s, log)")
         ax.set_ylabel("fraction of queries")
@@ -122,7 +154,8 @@ def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
     for ax, r in zip(axes.flat, cells, strict=False):
         for m, s in r.queue.items():
             ax.plot([t for t, _, _ in s], [w for _, w, _ in s], label=m, lw=1)
-        ax.set_title(f"{r.spec.policy} @ {top:g} req/min", fontsize=9)
+        ax.set_title(f"{series(r.spec.policy, r.spec.scheduling, rows)} @ {top:g} req/min",
+                     fontsize=9)
         ax.set_xlabel("simulated time (s)")
         ax.grid(alpha=0.3)
     for ax in axes.flat[len(cells):]:
@@ -140,7 +173,7 @@ def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
               for key in keys}
     fig, axes = plt.subplots(len(policies), 3, figsize=(14, 2.2 * len(policies)), squeeze=False)
     for i, p in enumerate(policies):
-        pr = sorted((r for r in rows if r["policy"] == p), key=lambda r: r["rate_per_min"])
+        pr = sorted((r for r in rows if _series(r, rows) == p), key=lambda r: r["rate_per_min"])
         for j, key in enumerate(keys):
             ax = axes[i][j]
             cats = list(colors[key])
@@ -150,10 +183,11 @@ def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
                 v = np.array([r[key].get(c, 0.0) for r in pr])
                 ax.bar(x, v, bottom=bottom, label=c, color=colors[key][c])
                 bottom += v
-            ax.set_xticks(x, [f"{r['rate_per_min']:g}" for r in pr], fontsize=7)
+            ax.set_xticks(x, [f"{r[xkey]:g}" for r in pr], fontsize=7)
             ax.set_ylim(0, 1)
             if i == 0:
-                ax.set_title(key.replace("_", " ") + " per rate (req/min)")
+                ax.set_title(key.replace("_", " ") + (" per load factor" if by_load
+                                                      else " per rate (req/min)"))
             if j == 0:
                 ax.set_ylabel(p, fontsize=8)
             if i == 0:
@@ -176,9 +210,9 @@ def task_table(doc: dict) -> Table:
         t.add_column(f"{name} acc", justify="right")
         t.add_column(f"{name} SLO", justify="right")
         t.add_column(f"{name} good", justify="right")
-    for p in dict.fromkeys(r["policy"] for r in rows):
-        low = next(r for r in rows if r["policy"] == p and r["rate_per_min"] == lo)
-        high = next(r for r in rows if r["policy"] == p and r["rate_per_min"] == hi)
+    for p in dict.fromkeys(_series(r, rows) for r in rows):
+        low = next(r for r in rows if _series(r, rows) == p and r["rate_per_min"] == lo)
+        high = next(r for r in rows if _series(r, rows) == p and r["rate_per_min"] == hi)
         cells = []
         for name in tasks:
             a, b = low["by_task"].get(name), high["by_task"].get(name)
@@ -193,11 +227,14 @@ def table(doc: dict) -> Table:
     """The printed summary."""
     t = Table(title=f"twin bench: pool={doc['meta']['pool']} split={doc['meta']['split']} "
                     f"seed={doc['meta']['seed']}")
-    for col in ("policy", "rate/min", "goodput", "accuracy", "SLO", "lat mean", "p95", "p99",
-                "calls/q", "timed out"):
-        t.add_column(col, justify="right" if col != "policy" else "left")
+    by_load = any(r.get("load_factor") is not None for r in doc["rows"])
+    for col in ("policy", "scheduling", "rate/min", *(("load",) if by_load else ()), "queries",
+                "goodput", "accuracy", "SLO", "lat mean", "p95", "p99", "calls/q", "timed out"):
+        t.add_column(col, justify="right" if col not in ("policy", "scheduling") else "left")
     for r in doc["rows"]:
-        t.add_row(r["policy"], f"{r['rate_per_min']:g}", f"{r['goodput']:.3f}",
+        t.add_row(r["policy"], r["scheduling"], f"{r['rate_per_min']:g}",
+                  *((f"{r['load_factor']:g}",) if by_load else ()), str(r["n_queries"]),
+                  f"{r['goodput']:.3f}",
                   f"{r['accuracy']:.3f}", f"{r['slo_attainment']:.3f}",
                   f"{r['latency_mean_s']:.1f}" if r["latency_mean_s"] is not None else "-",
                   f"{r['latency_p95_s']:.1f}", f"{r['latency_p99_s']:.1f}",

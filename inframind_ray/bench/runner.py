@@ -1,5 +1,6 @@
-"""One benchmark cell = one (policy, rate) simulation on a fresh pool; a sweep runs cells in
-parallel processes. Every cell of a sweep sees the same items and budgets (paired comparison)."""
+"""One benchmark cell = one (scheduling, policy, rate) simulation on a fresh pool; a sweep runs
+cells in parallel processes. Every cell of a sweep sees the same items and budgets (paired
+comparison)."""
 
 from __future__ import annotations
 
@@ -33,10 +34,12 @@ class CellSpec:
     pool: PoolConfig
     policy: str
     workload: WorkloadSpec
-    scheduling: str | None = None
+    scheduling: str | None = None  # the queue order (None: the pool's)
     checkpoint: str | None = None  # of the learned policy (default: the shipped one)
     metrics_period_s: float = 0.0  # policies see load snapshots this old at most (0: fresh)
     pool_history: bool = False  # models start with a past load's latency EWMAs (seeded)
+    load_factor: float | None = None  # the rate over the pool's measured capacity, if known
+    deadlines: bool = True  # False: budget-free, calls carry no deadline (latency only)
 
 
 @dataclass
@@ -106,7 +109,8 @@ def run_cell(spec: CellSpec) -> CellResult:
             q = replace(q, arrival_s=loop.time())
             arrived.append(q)
             tasks.append(loop.create_task(
-                run_query(q, policy, backend, state, abort_on_deadline=abort)))
+                run_query(q, policy, backend, state, abort_on_deadline=abort,
+                          deadlines=spec.deadlines)))
         await asyncio.wait(tasks, timeout=max(0.0, horizon - loop.time()))
         out: list[QueryResult | QueryInfo] = []
         for q, t in zip(arrived, tasks, strict=True):
@@ -135,7 +139,8 @@ def run_cell(spec: CellSpec) -> CellResult:
 
 def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeModel,
             spec: CellSpec) -> None:
-    base = {"policy": spec.policy, "rate_per_min": spec.workload.rate_per_min}
+    base = {"policy": spec.policy, "scheduling": spec.scheduling,
+            "rate_per_min": spec.workload.rate_per_min}
     if isinstance(o, QueryInfo):
         result.queries.append({**base, "query_id": o.query_id, "item_id": o.item_id,
                                "task": o.task, "category": o.category, "arrival_s": o.arrival_s,
@@ -220,7 +225,9 @@ def summarize(r: CellResult) -> dict:
     queue_max = {m: int(max(w for _, w, _ in s)) for m, s in r.queue.items()}
     return {
         "policy": r.spec.policy,
+        "scheduling": r.spec.scheduling,
         "rate_per_min": r.spec.workload.rate_per_min,
+        "load_factor": r.spec.load_factor,
         "n_queries": n,
         **_rates(qs),
         "latency_mean_s": round(float(lat.mean()), 3) if len(lat) else None,

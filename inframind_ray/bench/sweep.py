@@ -1,4 +1,4 @@
-"""A sweep: every (policy, rate) cell, in parallel processes, with a progress bar."""
+"""A sweep: every (scheduling, policy, rate) cell, in parallel processes, with a progress bar."""
 
 from __future__ import annotations
 
@@ -24,8 +24,21 @@ DEFAULT_RATES = (10.0, 30.0, 50.0, 100.0, 150.0, 200.0, 300.0)
 DEFAULT_POLICIES = ("inframind", "always-strongest", "static-task", "moa", "random",
                     "round-robin", "least-loaded", "infra-heuristic", "oracle")
 """Policies of the default sweep (the topology heuristics are opt-in)."""
-DEFAULT_QUERIES = 500
-"""Queries per (policy, rate) cell of ``inframind bench`` (``make bench`` runs 1000)."""
+DEFAULT_DURATION_S = 120.0
+"""Simulated seconds of arrivals per (policy, rate) cell of ``inframind bench`` and per probe of
+``inframind capacity`` (the query count is rate x duration): longer than the 20-90 s budgets, so
+a queue past saturation outgrows them within the cell, and short enough that a sweep to 3x the
+capacity of a realistic pool (thousands of req/min) takes minutes on 2 cores."""
+
+
+def rates_for(load_factors: Sequence[float], capacity_rpm: float) -> tuple[float, ...]:
+    """Arrival rates (req/min) of load factors over a capacity (rounded to 1e-3 req/min)."""
+    return tuple(round(f * capacity_rpm, 3) for f in load_factors)
+
+
+def queries_for(rate_per_min: float, duration_s: float) -> int:
+    """Queries of a cell whose arrivals span ``duration_s`` at ``rate_per_min`` (at least 1)."""
+    return max(1, round(rate_per_min * duration_s / 60.0))
 
 
 @dataclass(frozen=True)
@@ -36,34 +49,57 @@ class SweepSpec:
     pool_source: str
     policies: tuple[str, ...]
     rates: tuple[float, ...]
-    n_queries: int
+    n_queries: int | None  # a fixed count per cell; None: rate x duration_s
     arrivals: str = "poisson"
     split: str = "test"
     budget_range_s: tuple[float, float] = A.BUDGET_RANGE_S
     seed: int = 0
-    scheduling: str | None = None
+    scheduling: tuple[str, ...] = ()  # queue orders to compare (empty: the pool's)
     checkpoint: str | None = None
     metrics_period_s: float = 0.0
     pool_history: bool = False
     tasks: tuple[tuple[str, float], ...] = MMLU_ONLY  # (task family, share of the queries)
+    deadlines: bool = True  # False: budget-free (calls carry no deadline; latency only)
+    duration_s: float | None = None  # arrivals span this many simulated seconds per cell
+    capacity_rpm: float | None = None  # rates are load factors x this (bench --load-factors)
+
+    def queries_at(self, rate: float) -> int:
+        """Queries of the cell at ``rate``: the fixed count, else rate x duration."""
+        if self.n_queries is not None:
+            return self.n_queries
+        if self.duration_s is None:
+            raise ValueError("a sweep needs n_queries or duration_s")
+        return queries_for(rate, self.duration_s)
+
+    def load_factor(self, rate: float) -> float | None:
+        """``rate`` over the pool's capacity, when the sweep was given one."""
+        return None if self.capacity_rpm is None else round(rate / self.capacity_rpm, 6)
+
+    @property
+    def schedulings(self) -> tuple[str, ...]:
+        """The queue orders of the sweep's cells (the pool's when none is listed)."""
+        return self.scheduling or (self.pool.engine.scheduling,)
 
     def cells(self) -> list[CellSpec]:
-        """One cell per (policy, rate), rates outermost so slow cells start early."""
+        """One cell per (scheduling, policy, rate), rates outermost so slow cells start early."""
         from inframind_ray.bench.runner import CellSpec
 
         return [
             CellSpec(
                 self.pool,
                 p,
-                WorkloadSpec(r, self.n_queries, self.arrivals, self.split, self.budget_range_s,
-                             self.seed, self.tasks),
-                self.scheduling,
+                WorkloadSpec(r, self.queries_at(r), self.arrivals, self.split,
+                             self.budget_range_s, self.seed, self.tasks),
+                s,
                 self.checkpoint,
                 self.metrics_period_s,
                 self.pool_history,
+                self.load_factor(r),
+                deadlines=self.deadlines,
             )
             for r in sorted(self.rates, reverse=True)
             for p in self.policies
+            for s in self.schedulings
         ]
 
 
@@ -94,7 +130,9 @@ def run_sweep(spec: SweepSpec, jobs: int | None = None, progress: bool = True
                     results.append(f.result())
                     bar.advance(task)
     order = {p: i for i, p in enumerate(spec.policies)}
-    results.sort(key=lambda r: (order[r.spec.policy], r.spec.workload.rate_per_min))
+    sched = {s: i for i, s in enumerate(spec.schedulings)}
+    results.sort(key=lambda r: (sched[r.spec.scheduling], order[r.spec.policy],
+                                r.spec.workload.rate_per_min))
     return results, time.perf_counter() - t0
 
 

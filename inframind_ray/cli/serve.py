@@ -17,16 +17,31 @@ _SERVING = ServingConfig()
 DEFAULT_URL = f"http://{_SERVING.host}:{_SERVING.port}"
 
 
-def _serving_cfg(config: Path):  # noqa: ANN202
-    from inframind_ray.config import load_pool
+SCHEDULING_HELP = ("queue order of every replica (and vLLM's priority): edf, fcfs, plas, atlas "
+                   "(default: the deployment file's engine.scheduling)")
 
-    return load_pool(config)
+
+def _serving_cfg(config: Path, scheduling: str | None = None):  # noqa: ANN202
+    """The deployment file, its replicas' queue order overridden by ``scheduling``."""
+    from inframind_ray.config import load_pool
+    from inframind_ray.core.request_queue import SchedulingPolicy
+
+    cfg = load_pool(config)
+    if scheduling is None:
+        return cfg
+    known = [p.value for p in SchedulingPolicy]
+    if scheduling not in known:
+        raise ConfigError("scheduling", f"unknown {scheduling!r}; expected one of "
+                          f"{', '.join(known)}")
+    return cfg.model_copy(update={"engine": cfg.engine.model_copy(
+        update={"scheduling": scheduling})})
 
 
 def serve(
     config: Annotated[Path, typer.Option("-c", "--config", help="deployment YAML")] = Path(
         "deployments/twin_pool.yaml"),
     address: Annotated[str | None, typer.Option(help="Ray address (default: start local)")] = None,
+    scheduling: Annotated[str | None, typer.Option(help=SCHEDULING_HELP)] = None,
 ) -> None:
     """Serve a pool on Ray Serve (orchestrator actor + one deployment per model + HTTP API)."""
     import signal
@@ -34,7 +49,7 @@ def serve(
 
     from inframind_ray.serving.app import start
 
-    cfg = _serving_cfg(config)
+    cfg = _serving_cfg(config, scheduling)
     with console.status("starting Ray, the orchestrator and the model deployments"):
         session = start(cfg, address=address)
     console.print(f"serving {cfg.name} ({len(cfg.models)} models) at {session.url}  "
@@ -255,6 +270,7 @@ def demo(
     budget: Annotated[str, typer.Option(help="latency budget range MIN,MAX seconds")] = listed(
         DemoSpec.budget_range_s),
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/demo-serve"),
+    scheduling: Annotated[str | None, typer.Option(help=SCHEDULING_HELP)] = None,
 ) -> None:
     """Start local Ray, serve the twin pool, load it at a low and a high rate through the HTTP
     API for each policy, print the comparison, shut down."""
@@ -267,7 +283,7 @@ def demo(
     from inframind_ray.serving.loadgen import run_load
 
     lohi = budget_range(budget)
-    cfg = _serving_cfg(config)
+    cfg = _serving_cfg(config, scheduling)
     with console.status("starting Ray, the orchestrator and the model deployments"):
         session = start(cfg)
     rows = []
@@ -284,7 +300,7 @@ def demo(
         with console.status("stopping"):
             session.stop()
     t = Table(title=f"demo: {cfg.name} on Ray Serve (wall clock, HTTP API, budgets "
-                    f"{lohi[0]:g}-{lohi[1]:g} s)")
+                    f"{lohi[0]:g}-{lohi[1]:g} s, {cfg.engine.scheduling} queues)")
     for c in ("policy", "rate/min", "sent", "200", "429/503", "goodput", "SLO", "accuracy",
               "p50 s", "p95 s", "calls/q"):
         t.add_column(c)

@@ -34,3 +34,22 @@ UNAVAILABLE_AFTER_S = _env("UNAVAILABLE_AFTER_S", 10.0)
 
 EMBEDDING_DIM = _env("EMBEDDING_DIM", 384)
 """Size of the query embeddings (all-MiniLM-L6-v2)."""
+
+LAS_FIRST_S = _env("LAS_FIRST_S", 1.0)
+"""Attained-service queues (PLAS, ATLAS): the top priority level holds programs with less than
+this many engine seconds attained. Autellix discretises priorities into levels; the values are
+ours: one second is about one short (Flash / Concise) call of the pools' models, so a program's
+first calls share the top level."""
+
+LAS_RATIO = _env("LAS_RATIO", 2.0)
+"""Each further level spans this factor more attained service (1-2 s, 2-4 s, ... : level
+boundaries at ``LAS_FIRST_S * LAS_RATIO**k``)."""
+
+LAS_LEVELS = _env("LAS_LEVELS", 8)
+"""Priority levels of the attained-service queues (the last is unbounded: >= 64 s by default)."""
+
+STARVATION_RATIO = _env("STARVATION_RATIO", 2.0)
+"""Anti-starvation of the attained-service queues, as Autellix's: a waiting call is promoted to
+the top level once its wait in the queue reaches this many times its program's attained service
+(its own ranking key), then ranks there by arrival. Bound: no call waits longer than
+``STARVATION_RATIO x attained`` before it outranks every call that arrived after it."""

@@ -72,13 +72,28 @@ API_STATUS: dict[RequestStatus, str] = {
 _FROM_API = {v: k for k, v in API_STATUS.items()}
 
 
+@dataclass(frozen=True)
+class ProgramService:
+    """The program (query) an agent call belongs to and the service it has attained so far,
+    travelling with the call as its deadline does (the attained-service queues rank by it).
+
+    ``attained_s``: engine seconds of the program's calls that ended before this one was sent
+    (Autellix's PLAS); ``critical_path_s``: the most engine seconds along one chain of this call's
+    upstream calls (ATLAS: max over its parents of their own ``critical_path_s`` + service)."""
+
+    program_id: str = ""
+    attained_s: float = 0.0
+    critical_path_s: float = 0.0
+
+
 @dataclass(eq=False)
 class EngineRequest:
     """A generation request as the engine sees it.
 
     ``deadline`` is absolute on the engine's clock (the query's arrival + budget, inherited by every
     agent call); ``output_tokens`` is how many tokens to generate (the twin knows it from the
-    outcome model; a real engine stops at EOS or ``max_tokens``).
+    outcome model; a real engine stops at EOS or ``max_tokens``); ``program`` is the query's
+    identity and attained service (PLAS / ATLAS queues rank by it).
     """
 
     request_id: str
@@ -93,6 +108,7 @@ class EngineRequest:
     finished_at: float | None = None
     num_preemptions: int = 0
     seq: int = 0
+    program: ProgramService = ProgramService()
     events: list[tuple[str, float]] = field(default_factory=list)
 
     @property
@@ -121,6 +137,7 @@ class EngineResult:
     first_token: float | None
     finished_at: float
     num_preemptions: int
+    service_s: float = 0.0  # seconds in the engine, from its admission there to the end
 
     @property
     def queue_wait(self) -> float | None:

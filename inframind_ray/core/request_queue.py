@@ -1,15 +1,24 @@
-"""Waiting queues: FCFS (vLLM's default) and EDF (earliest deadline first), one class each."""
+"""Waiting queues, one class each: FCFS (vLLM's default), EDF (earliest deadline first), and
+Autellix's program-level attained-service orders, PLAS (the program's cumulative service) and ATLAS
+(service along the call's critical path), on discretised levels with anti-starvation."""
 
 from __future__ import annotations
 
 import enum
 import heapq
 import itertools
+import math
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
-from inframind_ray.core.constants import SLACK_CAP
+from inframind_ray.core.constants import (
+    LAS_FIRST_S,
+    LAS_LEVELS,
+    LAS_RATIO,
+    SLACK_CAP,
+    STARVATION_RATIO,
+)
 from inframind_ray.core.request import EngineRequest
 
 
@@ -18,6 +27,8 @@ class SchedulingPolicy(enum.StrEnum):
 
     FCFS = "fcfs"
     EDF = "edf"
+    PLAS = "plas"
+    ATLAS = "atlas"
 
 
 class RequestQueue(ABC):
@@ -146,10 +157,124 @@ class EDFQueue(RequestQueue):
         return (req.deadline, req.arrival, req.seq)
 
 
-def create_request_queue(policy: SchedulingPolicy | str) -> RequestQueue:
-    """Factory keyed by :class:`SchedulingPolicy`."""
+def priority_level(service_s: float) -> int:
+    """The discretised priority level of a program with ``service_s`` attained (0 = highest):
+    0 below ``LAS_FIRST_S``, then one level per factor ``LAS_RATIO``, at most ``LAS_LEVELS - 1``."""
+    if not service_s >= LAS_FIRST_S:
+        return 0
+    return min(LAS_LEVELS - 1, 1 + math.floor(math.log(service_s / LAS_FIRST_S, LAS_RATIO)
+                                              + 1e-9))
+
+
+class AttainedServiceQueue(RequestQueue):
+    """Autellix's least-attained-service order over programs: a request ranks by the priority
+    level of its program's attained service (``service``), then by arrival (FCFS within a level).
+    Anti-starvation: a request that has waited ``STARVATION_RATIO`` x its attained service is
+    promoted to the top level (where it ranks by its arrival), read on ``now`` at every peek;
+    without ``now`` no request is promoted. Removal is lazy, as in :class:`EDFQueue`."""
+
+    def __init__(self, now: Callable[[], float] | None = None) -> None:
+        self._now = now
+        self._levels: list[list[tuple[float, int, int, EngineRequest]]] = [
+            [] for _ in range(LAS_LEVELS)]
+        self._promote: list[tuple[float, int, int, EngineRequest]] = []
+        self._where: dict[int, tuple[int, int]] = {}  # id(request) -> (live entry, its level)
+        self._entries = itertools.count()
+
+    @staticmethod
+    @abstractmethod
+    def service(req: EngineRequest) -> float:
+        """The attained service the request ranks by."""
+
+    def add(self, req: EngineRequest) -> None:
+        entry, s = next(self._entries), self.service(req)
+        level = priority_level(s)
+        self._where[id(req)] = (entry, level)
+        heapq.heappush(self._levels[level], (req.arrival, req.seq, entry, req))
+        if level:
+            heapq.heappush(self._promote,
+                           (req.arrival + STARVATION_RATIO * s, req.seq, entry, req))
+
+    prepend = add  # a preempted request keeps its arrival: first of its level
+
+    def _promote_starved(self) -> None:
+        if self._now is None:
+            return
+        now = self._now()
+        while self._promote and self._promote[0][0] <= now:
+            _, seq, entry, req = heapq.heappop(self._promote)
+            where = self._where.get(id(req))
+            if where is not None and where[0] == entry and where[1]:
+                self._where[id(req)] = (entry, 0)
+                heapq.heappush(self._levels[0], (req.arrival, seq, entry, req))
+
+    def _head(self) -> list:
+        self._promote_starved()
+        for level, heap in enumerate(self._levels):
+            while heap and self._where.get(id(heap[0][3])) != (heap[0][2], level):
+                heapq.heappop(heap)
+            if heap:
+                return heap
+        raise IndexError("empty queue")
+
+    def peek(self) -> EngineRequest:
+        return self._head()[0][3]
+
+    def pop(self) -> EngineRequest:
+        req = heapq.heappop(self._head())[3]
+        del self._where[id(req)]
+        return req
+
+    def remove(self, req: EngineRequest) -> None:
+        if self._where.pop(id(req), None) is None:
+            raise ValueError("request not in queue")
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __iter__(self) -> Iterator[EngineRequest]:
+        self._promote_starved()
+        live = [(level, *e[:3], e[3]) for level, heap in enumerate(self._levels) for e in heap
+                if self._where.get(id(e[3])) == (e[2], level)]
+        return (e[4] for e in sorted(live, key=lambda e: e[:4]))
+
+    def deadlines(self) -> Iterator[float]:
+        """Deadlines of the waiting requests, unordered."""
+        return (r.deadline for r in self)
+
+    def victim_key(self, req: EngineRequest) -> tuple:
+        """Preempt the most attained service first, the latest arrival among equals."""
+        return (priority_level(self.service(req)), req.arrival, req.seq)
+
+
+class PLASQueue(AttainedServiceQueue):
+    """Program-level least attained service: the program's cumulative service (all its calls
+    that ended before this one was sent)."""
+
+    @staticmethod
+    def service(req: EngineRequest) -> float:
+        return req.program.attained_s
+
+
+class ATLASQueue(AttainedServiceQueue):
+    """Attained service along the critical path: the most service on one chain of the call's
+    upstream calls (parallel branches do not add up)."""
+
+    @staticmethod
+    def service(req: EngineRequest) -> float:
+        return req.program.critical_path_s
+
+
+def create_request_queue(policy: SchedulingPolicy | str,
+                         now: Callable[[], float] | None = None) -> RequestQueue:
+    """Factory keyed by :class:`SchedulingPolicy`; ``now`` (the owner's clock) drives the
+    attained-service queues' anti-starvation."""
     policy = SchedulingPolicy(policy)
-    return FCFSQueue() if policy is SchedulingPolicy.FCFS else EDFQueue()
+    if policy is SchedulingPolicy.FCFS:
+        return FCFSQueue()
+    if policy is SchedulingPolicy.EDF:
+        return EDFQueue()
+    return (PLASQueue if policy is SchedulingPolicy.PLAS else ATLASQueue)(now)
 
 
 def earliest_slacks(deadlines: Iterable[float], now: float) -> tuple[float, ...]:

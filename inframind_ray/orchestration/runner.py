@@ -9,12 +9,13 @@ its last node ends, the final aggregator included.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from inframind_ray.core.clock import LOOP_CLOCK, Clock
-from inframind_ray.core.request import RequestStatus
+from inframind_ray.core.request import ProgramService, RequestStatus
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import AgentNode, Plan, build_graph
 from inframind_ray.core.types import LoadSnapshot, QueryInfo, StepContext, SystemState
@@ -36,6 +37,7 @@ class AgentCall:
     max_tokens: int
     deadline: float
     sample: int = 0  # earlier agents (plan slots) of the same model in this query
+    program: ProgramService = ProgramService()  # the query's id and attained service
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class AgentResult:
     num_preemptions: int = 0
     load: LoadSnapshot | None = None  # the chosen model's live metrics when the executor decided
     task: str = "mmlu_pro"  # the query's task family: how the answer is read from the text
+    service_s: float = 0.0  # seconds in the engine (admission there to the end); 0 if refused
 
     @property
     def answer(self) -> str | None:
@@ -102,8 +105,11 @@ async def run_query(
     *,
     abort_on_deadline: bool = True,
     clock: Clock = LOOP_CLOCK,
+    deadlines: bool = True,
 ) -> QueryResult:
     """Plan, run the DAG with parallel independent nodes, return the final answer and the trace.
+    Without ``deadlines`` (a budget-free, latency-only workload) the calls carry no deadline (no
+    queue sheds them, nothing aborts them); the policy still reads the query's budget.
 
     Times (the query's arrival and deadline, the state's, the results') are on ``clock``: the
     loop's (simulated seconds in the twin) or the wall clock (epoch seconds when served)."""
@@ -113,6 +119,8 @@ async def run_query(
     tasks: dict[int, asyncio.Task[AgentResult]] = {}
     slots_of: dict[str, list[int]] = {}  # model -> plan slots using it, in decision order
     chosen: list[str] = []  # models of the calls decided so far
+    attained = [0.0]  # engine seconds of the query's calls ended so far (PLAS)
+    path: dict[int, float] = {}  # node -> service along its critical path, its own included
 
     async def run_node(node: AgentNode) -> AgentResult:
         ups = tuple([await tasks[d] for d in node.deps])
@@ -129,6 +137,7 @@ async def run_query(
             earlier_models=tuple(chosen),
         )
         d = policy.decide(ctx)
+        path_in = max((path[u] for u in node.deps), default=0.0)
         chosen.append(d.model)
         slots = slots_of.setdefault(d.model, [])
         if node.slot not in slots:
@@ -143,19 +152,23 @@ async def run_query(
                                 query.task),
             upstream=ups,
             max_tokens=d.max_tokens or policy.pool[d.model].cap(d.strategy, query.task),
-            deadline=query.deadline,
+            deadline=query.deadline if deadlines else math.inf,
             sample=slots.index(node.slot),
+            program=ProgramService(query.query_id, attained[0], path_in),
         )
         remaining = query.deadline - now
-        if abort_on_deadline and remaining <= 0:
+        abort = abort_on_deadline and deadlines
+        if abort and remaining <= 0:
             res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now, now)
         else:
             try:
                 res = await (asyncio.wait_for(backend.call(call), remaining)
-                             if abort_on_deadline else backend.call(call))
+                             if abort else backend.call(call))
             except TimeoutError:
                 res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now,
                               clock.now())
+        attained[0] += res.service_s
+        path[node.id] = path_in + res.service_s
         return replace(res, load=ctx.state.models.get(d.model), task=query.task)
 
     for node in graph.nodes:  # topological order: deps already have tasks

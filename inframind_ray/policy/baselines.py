@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from inframind_ray.core.strategy import Strategy
-from inframind_ray.core.topology import NodeKind, Plan, Topology
+from inframind_ray.core.topology import MAX_AGENTS, NodeKind, Plan, Topology
 from inframind_ray.core.types import (
     LoadSnapshot,
     ModelInfo,
@@ -66,18 +66,28 @@ class StaticTask(Policy):
 
 
 class MoA(Policy):
-    """Mixture-of-agents: every pool model proposes in parallel, the strongest aggregates."""
+    """Mixture-of-agents: every pool model proposes in parallel, the strongest aggregates. A pool
+    of more models than a plan holds (``MAX_AGENTS``) sends the query to the ``MAX_AGENTS``
+    most accurate on its family and category, in pool order."""
 
     name = "moa"
 
+    def _proposers(self, query: QueryInfo) -> list[str]:
+        names = self.pool.names
+        if len(names) <= MAX_AGENTS:
+            return list(names)
+        top = {m.name for m in sorted(self.pool.models, key=lambda m: -m.expected_accuracy(
+            query))[:MAX_AGENTS]}
+        return [n for n in names if n in top]
+
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
-        return Plan.make(Topology.DEBATE, k=len(self.pool.models), rounds=1)
+        return Plan.make(Topology.DEBATE, k=len(self._proposers(query)), rounds=1)
 
     def _decide(self, ctx: StepContext) -> StepDecision:
         if ctx.node.kind is NodeKind.AGGREGATOR:
             return StepDecision(self.pool.strongest, Strategy.DEEPTHINK)
-        return StepDecision(self.pool.names[ctx.node.slot % len(self.pool.names)],
-                            Strategy.DEEPTHINK)
+        names = self._proposers(ctx.query)
+        return StepDecision(names[ctx.node.slot % len(names)], Strategy.DEEPTHINK)
 
 
 class RandomPolicy(Policy):

@@ -49,14 +49,27 @@ def derive_hardware(m: ModelConfig) -> Hardware:
         c_decode=prof["c_decode_s"] * c_ratio / mem_f,
         c_kv=prof["c_kv_s"] * kv_ratio / mem_f,
     )
-    weights_gb = dst["params_b"] * dst.get("bytes_per_param", 2)
-    free = (A.GPU_MEMORY_UTILIZATION * A.GPU_MEMORY_GB[m.gpu]
-            - A.ACTIVATION_RESERVE_GB_PER_GPU) * n_dst - weights_gb
-    kv = m.kv_capacity_tokens or int(free * GB / dst["kv_bytes_per_token"])
+    weights_gb = weights_of(m.recorded)
+    kv = m.kv_capacity_tokens or kv_tokens(m.recorded, m.gpu, n_dst, m.memory_share)
     if kv < 2048:
         raise ConfigError(
             f"pool.models.{m.name}",
             f"{m.recorded} ({weights_gb:.0f} GB of weights) leaves no room for a KV cache on "
-            f"{n_dst} x {m.gpu}; add gpus_per_replica",
+            f"{n_dst} x {m.gpu} at gpu_memory_utilization {m.memory_share:g}; add "
+            "gpus_per_replica or memory share",
         )
     return Hardware(profile, kv, weights_gb)
+
+
+def weights_of(recorded: str) -> float:
+    """GB of weights of a recorded model's architecture (bf16 unless stated)."""
+    a = _arch(recorded)
+    return a["params_b"] * a.get("bytes_per_param", 2)
+
+
+def kv_tokens(recorded: str, gpu: str, n_gpus: int, memory_share: float) -> int:
+    """KV-cache tokens of one replica: its memory share of ``n_gpus`` GPUs, less the activation
+    reserve per GPU and the weights, over the KV bytes per token (may be <= 0: does not fit)."""
+    free = (memory_share * A.GPU_MEMORY_GB[gpu] - A.ACTIVATION_RESERVE_GB_PER_GPU) * n_gpus \
+        - weights_of(recorded)
+    return int(free * GB / _arch(recorded)["kv_bytes_per_token"])

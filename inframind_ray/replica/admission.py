@@ -1,11 +1,14 @@
 """A replica's admission queue in front of its engine, the same on both clocks.
 
-Bounded; admits requests to the engine in deadline order (EDF; FCFS on request) up to the
-engine's capacity; a request whose deadline cannot be met (less than ``min_service_s`` left) is
-answered at once with ``DEADLINE`` instead of occupying the engine, or when its deadline passes
-while it waits; a full queue answers ``OVERLOADED`` at once. The heap is the shared
+Bounded; admits requests to the engine in deadline order (EDF; on request FCFS, or Autellix's
+program-level attained-service orders PLAS and ATLAS, with their anti-starvation on this queue's
+clock) up to the engine's capacity; a request whose deadline cannot be met (less than
+``min_service_s`` left) is answered at once with ``DEADLINE`` instead of occupying the engine, or
+when its deadline passes while it waits (whatever the order: every scheduler gets the same
+deadline admission); a full queue answers ``OVERLOADED`` at once. The heap is the shared
 ``core.request_queue`` queue. The queue knows nothing of the engine's request type: ``submit``
-takes a deadline and a coroutine factory and says how the request left (:class:`Admission`).
+takes a deadline, the program's attained service and a coroutine factory and says how the request
+left (:class:`Admission`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from inframind_ray.core.clock import Clock
-from inframind_ray.core.request import EngineRequest, RequestStatus, ewma
+from inframind_ray.core.request import EngineRequest, ProgramService, RequestStatus, ewma
 from inframind_ray.core.request_queue import (
     SchedulingPolicy,
     create_request_queue,
@@ -57,7 +60,7 @@ class DeadlineQueue:
         self.clock = clock
         self.order = SchedulingPolicy(order)
         self.in_engine = 0
-        self.waiting = create_request_queue(self.order)
+        self.waiting = create_request_queue(self.order, clock.now)
         self._futures: dict[int, asyncio.Future[bool]] = {}
         self._seq = itertools.count()
         self.counts: Counter[RequestStatus] = Counter()
@@ -97,9 +100,11 @@ class DeadlineQueue:
             if ttft_s is not None:
                 self.ttft_ewma = ewma(self.ttft_ewma, ttft_s)
 
-    async def submit(self, deadline: float, run: Callable[[], Awaitable[R]]) -> Admission[R]:
-        """Queue a request due at ``deadline`` and ``await run()`` once admitted (or answer at
-        once). An exception of ``run`` becomes an ERROR admission, never a lost request."""
+    async def submit(self, deadline: float, run: Callable[[], Awaitable[R]],
+                     program: ProgramService = ProgramService()) -> Admission[R]:
+        """Queue a request due at ``deadline`` of ``program`` (its attained service ranks it
+        under PLAS / ATLAS) and ``await run()`` once admitted (or answer at once). An exception
+        of ``run`` becomes an ERROR admission, never a lost request."""
         t0 = self.clock.now()
         if deadline - t0 <= self.min_service_s:
             return self._refuse(RequestStatus.DEADLINE, t0, "deadline cannot be met")
@@ -108,7 +113,8 @@ class DeadlineQueue:
             return await self._run(run, t0)
         if len(self.waiting) >= self.max_queue:
             return self._refuse(RequestStatus.OVERLOADED, t0, "replica queue full")
-        entry = EngineRequest("", 0, 1, deadline=deadline, arrival=t0, seq=next(self._seq))
+        entry = EngineRequest("", 0, 1, deadline=deadline, arrival=t0, seq=next(self._seq),
+                              program=program)
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._futures[id(entry)] = fut
         self.waiting.add(entry)
@@ -147,7 +153,7 @@ class DeadlineQueue:
         return Admission(res, None, waited, self.clock.now() - t0)
 
     def _release(self) -> None:
-        """Admit the first waiting requests (earliest deadlines) while the engine has room."""
+        """Admit the first waiting requests (in the queue's order) while the engine has room."""
         while self.in_engine < self.capacity and len(self.waiting):
             entry = self.waiting.pop()
             fut = self._futures.pop(id(entry), None)

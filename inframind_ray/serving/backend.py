@@ -59,6 +59,8 @@ class ServeBackend:
                 prompt_tokens_hint=prompt_tokens(call.query, call.strategy, up_tokens),
                 upstream_tokens=up_tokens,
                 sample=call.sample,
+                attained_s=call.program.attained_s,
+                critical_path_s=call.program.critical_path_s,
                 trace_context=tuple(inject().items()),
             )
             res = await self._send(call.model, req, span)
@@ -69,7 +71,8 @@ class ServeBackend:
         ttft = None if res.ttft_s is None else start + res.queue_wait_s + res.ttft_s
         out = AgentResult(call.node.id, call.node.role, call.node.kind.value, call.model,
                           call.strategy, res.status, res.text, start, end, ttft,
-                          res.prompt_tokens, res.output_tokens, res.preemptions)
+                          res.prompt_tokens, res.output_tokens, res.preemptions,
+                          service_s=max(0.0, res.latency_s - res.queue_wait_s))
         if self.on_call:
             self.on_call(call, res, out)
         return out

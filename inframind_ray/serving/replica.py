@@ -1,5 +1,6 @@
-"""One Serve deployment per pool model: an engine behind the replica's EDF queue, pushing metrics
-to the orchestrator at least every ``metrics_period_s``."""
+"""One Serve deployment per pool model: an engine behind the replica's admission queue (the pool's
+scheduling: EDF, FCFS, PLAS or ATLAS), pushing metrics to the orchestrator at least every
+``metrics_period_s``."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ async def admit(queue: DeadlineQueue, run: Callable[[GenerateRequest], Awaitable
     """One request through the replica's admission queue into ``run`` (the engine); the
     queue's own answers (deadline shed, overloaded, engine error) become results, and times
     count from the arrival here (the queue's wait included, as in the twin)."""
-    adm = await queue.submit(req.deadline, lambda: run(req))
+    adm = await queue.submit(req.deadline, lambda: run(req), req.program)
     if adm.result is None:
         return GenerateResult(req.request_id, adm.status, queue_wait_s=adm.waited_s,
                               latency_s=adm.latency_s, detail=adm.detail)

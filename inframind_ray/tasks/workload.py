@@ -77,15 +77,17 @@ def split_items(split: str, task: TaskFamily | None = None) -> np.ndarray:
 
 
 def sample_items(spec: WorkloadSpec) -> np.ndarray:
-    """``n_queries`` distinct MMLU-Pro question ids of the split (seeded)."""
+    """``n_queries`` distinct MMLU-Pro question ids of the split (seeded). More queries than
+    the split has items (a long ``bench --duration`` cell at a high rate) take every item in a
+    seeded order, then again in fresh orders, as the mixed workload's small splits do."""
     ids = split_items(spec.split)
     if len(ids) == 0:
         raise ConfigError("split", f"split {spec.split!r} is empty")
-    if spec.n_queries > len(ids):
-        raise ConfigError(
-            "queries", f"{spec.n_queries} exceeds the {len(ids)} items of split {spec.split!r}"
-        )
-    return _rng(spec.seed, "items", spec.split).choice(ids, size=spec.n_queries, replace=False)
+    rng = _rng(spec.seed, "items", spec.split)
+    if spec.n_queries <= len(ids):
+        return rng.choice(ids, size=spec.n_queries, replace=False)
+    reps = -(-spec.n_queries // len(ids))
+    return np.concatenate([rng.permutation(ids) for _ in range(reps)])[:spec.n_queries]
 
 
 def family_counts(spec: WorkloadSpec) -> dict[str, int]:

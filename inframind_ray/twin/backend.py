@@ -32,7 +32,7 @@ class TwinBackend:
                                              call.sample, q.task, q.query_id)
         prompt_tokens = prompt_tokens_of(q, call.strategy, sum(u.output_tokens for u in ups))
         req = EngineRequest(f"{q.query_id}/{call.node.id}/{next(self._ids)}", prompt_tokens, tokens,
-                            deadline=call.deadline)
+                            deadline=call.deadline, program=call.program)
         res = await self.replicas[call.model].pick().generate(req)
         return AgentResult(
             node_id=call.node.id,
@@ -48,4 +48,5 @@ class TwinBackend:
             prompt_tokens=prompt_tokens,
             output_tokens=res.output_tokens,
             num_preemptions=res.num_preemptions,
+            service_s=res.service_s,
         )

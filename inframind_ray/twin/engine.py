@@ -3,7 +3,8 @@
 No prefill or decode *phase* exists: every iteration admits waiting requests in queue order while
 there is a free sequence slot, KV room and token budget (their whole context is prefilled in that
 iteration), and every running request emits one token. Under KV pressure the request with the
-lowest priority (latest deadline under EDF, latest arrival under FCFS) is preempted by recompute.
+lowest priority (latest deadline under EDF, latest arrival under FCFS, most attained service of its
+program under PLAS / ATLAS) is preempted by recompute.
 
 Speed comes from skipping: when no admission can happen until some request finishes (or the KV
 cache fills), a *span* of k identical decode iterations is scheduled as one timer. A new arrival or
@@ -53,7 +54,8 @@ class TwinEngine:
         self.kv_capacity = kv_capacity_tokens
         self.max_batched_tokens = max_batched_tokens
         self.policy = SchedulingPolicy(scheduling)
-        self.waiting = create_request_queue(self.policy)
+        self.waiting = create_request_queue(
+            self.policy, lambda: self._loop.time() if self._loop else 0.0)
         self.running: list[EngineRequest] = []
         self.kv_used = 0
         self.max_kv_used = 0
@@ -273,4 +275,5 @@ class TwinEngine:
             first_token=req.first_token,
             finished_at=now,
             num_preemptions=req.num_preemptions,
+            service_s=now - req.arrival,
         )

@@ -36,7 +36,8 @@ class TwinReplica:
         here. A request the queue answers (deadline shed, overloaded) never reaches the
         engine."""
         t0 = LOOP_CLOCK.now()
-        adm = await self.queue.submit(req.deadline, lambda: self.engine.generate(req))
+        adm = await self.queue.submit(req.deadline, lambda: self.engine.generate(req),
+                                      req.program)
         if adm.result is None:
             return EngineResult(req.request_id, adm.status, 0, t0, None, t0 + adm.latency_s, 0)
         res = adm.result

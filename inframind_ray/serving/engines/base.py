@@ -11,13 +11,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from inframind_ray.core.request import RequestStatus
+from inframind_ray.core.request import ProgramService, RequestStatus
 from inframind_ray.core.types import LoadSnapshot
 
 
 @dataclass(frozen=True)
 class GenerateRequest:
-    """One generation request sent to a model replica.
+    """One generation request sent to a model replica, with its query's deadline, identity and
+    attained service (``program``: what the replica's queue and vLLM's priority rank by).
 
     The twin engine also reads the benchmark hints (``item_id``, ``strategy``, ``kind``,
     ``upstream_answers``, ``prompt_tokens_hint``, and ``sample``: how many earlier agents of the
@@ -33,12 +34,19 @@ class GenerateRequest:
     kind: str = "solver"
     item_id: int | None = None
     task: str = "mmlu_pro"
-    query_id: str = ""  # the query's id (code outcomes of the twin draw per query)
+    query_id: str = ""  # the query's (program's) id (code outcomes of the twin draw per query)
+    attained_s: float = 0.0  # the program's attained service when sent (PLAS ranks by it)
+    critical_path_s: float = 0.0  # attained service along the call's critical path (ATLAS)
     upstream_answers: tuple[str | None, ...] = ()
     prompt_tokens_hint: int | None = None
     upstream_tokens: int = 0
     sample: int = 0
     trace_context: tuple[tuple[str, str], ...] = ()  # W3C trace headers of the agent call span
+
+    @property
+    def program(self) -> ProgramService:
+        """The query's identity and attained service, as the queues read them."""
+        return ProgramService(self.query_id, self.attained_s, self.critical_path_s)
 
 
 @dataclass(frozen=True)

