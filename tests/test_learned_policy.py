@@ -14,8 +14,8 @@ import torch
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import NodeKind, Plan, Topology, build_graph
 from inframind_ray.core.types import LoadSnapshot, StepContext, StepDecision, SystemState
-from inframind_ray.orchestration.runner import run_query
 from inframind_ray.errors import ConfigError
+from inframind_ray.orchestration.runner import run_query
 from inframind_ray.policy.features import (
     EXEC_ROW,
     EXECUTOR_OBS,

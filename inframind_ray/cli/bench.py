@@ -90,6 +90,11 @@ def bench(
         from inframind_ray.pools.cards import build_pool_info
 
         LearnedPolicy.load(checkpoint or DEFAULT_CHECKPOINT, build_pool_info(cfg))
+    if "inframind-v1" in pols:  # the previous, positional policy: its own pool only
+        from inframind_ray.policy.positional import V1_CHECKPOINT, PositionalPolicy
+        from inframind_ray.pools.cards import build_pool_info
+
+        PositionalPolicy.load(V1_CHECKPOINT, build_pool_info(cfg))
     spec = SweepSpec(cfg, str(pool), pols, rate_vals, queries, arrivals, split,
                      lohi, seed, None if scheduling == "pool" else scheduling,
                      str(checkpoint) if checkpoint else None, metrics_period, pool_history,

@@ -32,6 +32,9 @@ from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.features import MAX_MODELS, PLAN_ACTIONS
 from inframind_ray.policy.learned import EXECUTOR_KEYS, PLANNER_KEYS, LearnedPolicy
 from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.tasks.workload import make_queries
+from inframind_ray.twin.backend import TwinBackend
+from inframind_ray.twin.simloop import run_simulated
 
 
 class PoolVariant(BaseModel):
@@ -84,9 +87,6 @@ def demo_pools(ws: WarmStart, env_pool: str, seed: int) -> list[PoolConfig]:
         rng = np.random.default_rng([seed, 19])
         pools += [sample_pool(rng) for _ in range(ws.sampled_pools)]
     return pools
-from inframind_ray.tasks.workload import make_queries
-from inframind_ray.twin.backend import TwinBackend
-from inframind_ray.twin.simloop import run_simulated
 
 
 class _Recorder(Policy):

@@ -312,9 +312,9 @@ class Oracle(Policy):
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (LearnedPolicy, PositionalPolicy, AlwaysStrongest, StaticTask, MoA, RandomPolicy, RoundRobin,
-                LeastLoaded, InfraHeuristic, InfraTopology, StrongestTopology, PricedTopology,
-                Oracle)
+    for cls in (LearnedPolicy, PositionalPolicy, AlwaysStrongest, StaticTask, MoA, RandomPolicy,
+                RoundRobin, LeastLoaded, InfraHeuristic, InfraTopology, StrongestTopology,
+                PricedTopology, Oracle)
 }
 
 
