@@ -28,6 +28,7 @@ from inframind_ray.policy.latency import latency_terms
 from inframind_ray.policy.learned import (
     EXECUTOR_KEYS,
     PLANNER_KEYS,
+    DEFAULT_CHECKPOINT,
     CheckpointError,
     LearnedPolicy,
 )
@@ -105,7 +106,7 @@ def test_shapes_and_masks(setup):
     """Masked actions (a model down, a strategy the topology forbids) are never chosen."""
     _, _, info, queries = setup
     ctx = _ctx(queries[0], info, unavailable=("llama-3.1-70b",))
-    for seed in range(20):  # random weights: whatever it prefers, masked actions never win
+    for seed in range(8):  # random weights: whatever it prefers, masked actions never win
         d = LearnedPolicy(info, seed=seed).decide(ctx)
         assert d.strategy is not Strategy.FLASH and d.model != "llama-3.1-70b"
 
@@ -157,6 +158,34 @@ def test_one_checkpoint_any_pool(setup, tmp_path):
             assert a.decide(ctx).model != da.model
     assert a.planner.state_dict().keys() == LearnedPolicy(info, hidden=32).planner.state_dict(
     ).keys()
+
+
+def test_shipped_checkpoint_follows_load_on_a_pool_it_never_saw(setup):
+    """The shipped checkpoint on three of the five models, in another order (a model set no
+    training pool had): an idle 70B gets every step-by-step call; with 120 requests waiting
+    at the 70B the calls go elsewhere; the 70B marked down is never chosen; the pool's order
+    does not change a choice."""
+    _, _, info, _ = setup
+    keep = ("llama-3.1-70b", "llama-3.1-8b", "phi-3-mini")
+    sub = replace(info, models=tuple(m for m in reversed(info.models) if m.name in keep))
+    pols = [LearnedPolicy.load(DEFAULT_CHECKPOINT, p)
+            for p in (sub, replace(sub, models=tuple(reversed(sub.models))))]
+    queries = make_queries(WorkloadSpec(60, 10, split="val", seed=3,
+                                        tasks=(("gsm8k", 0.5), ("mmlu_pro", 0.5))))
+    plan = Plan.make(Topology.IO)
+
+    def choose(pol, q, waiting, down=()):
+        state = SystemState(0.0, {m: LoadSnapshot(m, 1, waiting if m == keep[0] else 0,
+                                                  6 if m == keep[0] and waiting else 0, 0.3,
+                                                  0.5, 0.03, 8.0, 0.0, available=m not in down)
+                                  for m in sub.names})
+        return pol.decide(StepContext(q, plan, build_graph(plan).nodes[0], 1, 0.0, state)).model
+
+    for q in queries:
+        idle, busy = (choose(pols[0], q, w) for w in (0, 120))
+        assert idle == keep[0] and busy != keep[0]
+        assert choose(pols[1], q, 0) == idle and choose(pols[1], q, 120) == busy
+        assert choose(pols[0], q, 0, down=(keep[0],)) != keep[0]
 
 
 def test_positional_checkpoint_refused_and_kept_as_v1(setup, tmp_path):

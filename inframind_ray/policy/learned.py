@@ -13,6 +13,7 @@ value heads. Masked actions get -1e9 logits. Checkpoints are safetensors plus a 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -149,16 +150,29 @@ class LearnedPolicy(Policy):
         self.planner = PlannerNet(hidden)
         self.executor = ExecutorNet(hidden)
         self.hidden = hidden
+        self._traced: dict[tuple[str, int], torch.jit.ScriptModule] = {}
 
-    @torch.no_grad()
+    @torch.inference_mode()
+    def _logits(self, which: str, obs: dict) -> torch.Tensor:
+        """One greedy forward pass through a TorchScript trace of the net (batch 1; it shares
+        the net's parameters, so loading weights later still applies), about half the Python
+        overhead of the eager modules per decision."""
+        net = getattr(self, which)
+        x = _t(obs, PLANNER_KEYS if which == "planner" else EXECUTOR_KEYS)
+        fn = self._traced.get((which, id(net)))
+        if fn is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fn = self._traced[(which, id(net))] = torch.jit.trace(net, x, check_trace=False)
+        return fn(*x)[0]
+
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
-        logits, _ = self.planner(*_t(self.features.planner(query, state), PLANNER_KEYS))
-        return plan_of(int(logits.argmax(-1)))
+        return plan_of(int(self._logits("planner", self.features.planner(query, state))
+                           .argmax(-1)))
 
-    @torch.no_grad()
     def _decide(self, ctx: StepContext) -> StepDecision:
-        logits, _ = self.executor(*_t(self.features.executor(ctx), EXECUTOR_KEYS))
-        model, strategy = self.features.decision(int(logits.argmax(-1)))
+        action = int(self._logits("executor", self.features.executor(ctx)).argmax(-1))
+        model, strategy = self.features.decision(action)
         return StepDecision(model, strategy)
 
     # ------------------------------------------------------------------ checkpoints
