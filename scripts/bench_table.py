@@ -27,7 +27,7 @@ def main() -> None:
         mixes = [", ".join(f"{m} {v:.0%}" for m, v in sorted(cell[(p, x)]["model_mix"].items(),
                                                                key=lambda kv: -kv[1]) if v >= 0.01)
                  for x in rates]
-        print(f"- {p}: " + "; ".join(f"{x:g}/min: {m}" for x, m in zip(rates, mixes)))
+        print(f"- {p}: " + "; ".join(f"{x:g}/min: {m}" for x, m in zip(rates, mixes, strict=True)))
 
 
 if __name__ == "__main__":

@@ -26,9 +26,9 @@ from inframind_ray.policy.features import (
 )
 from inframind_ray.policy.latency import latency_terms
 from inframind_ray.policy.learned import (
+    DEFAULT_CHECKPOINT,
     EXECUTOR_KEYS,
     PLANNER_KEYS,
-    DEFAULT_CHECKPOINT,
     CheckpointError,
     LearnedPolicy,
 )
