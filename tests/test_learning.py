@@ -110,6 +110,7 @@ def test_lagrangian_reward_and_lambda_rises(hot_algo):
 
 
 TINY = {
+    "hidden": 32,  # small nets: the warm start fits in seconds
     "env": {"queries_per_episode": 400, "rate_range": [300, 300], "trace_fraction": 0.0},
     "warm_start": {"episodes": 3, "epochs": 60},
     "ppo": {"iterations": 1, "train_batch_size": 128, "minibatch_size": 64, "num_epochs": 1},
