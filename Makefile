@@ -3,7 +3,7 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-cpu demo test bench speed overhead data embeddings policy bench-learned predictors
+.PHONY: install install-cpu demo test bench speed overhead data embeddings policy policy-rows bench-learned predictors
 
 # Base install: torch first, pinned to the CPU wheel (never a CUDA build), then the project.
 $(VENV)/.base: pyproject.toml
@@ -46,6 +46,9 @@ policy: install  ## retrain the shipped default policy (docs/learning.md), about
 	$(BIN)/inframind train -c rllib_configs/default.yaml --out runs/train-default
 	rm -rf inframind_ray/data/policy && cp -r runs/train-default/policy inframind_ray/data/policy
 	mkdir -p docs/learning && cp runs/train-default/metrics.jsonl runs/train-default/summary.json runs/train-default/training.png runs/train-default/config.yaml docs/learning/
+
+policy-rows: install  ## the per-model-row policy: warm start on six pools (docs/learning.md), about 27 min on 2 shared cores
+	$(BIN)/inframind train -c rllib_configs/rows.yaml --out runs/train-rows
 
 TELEMETRY := --queries 1000 --policies inframind,infra-heuristic,least-loaded,random --no-progress
 predictors: install  ## latency/length predictors fitted on twin telemetry (docs/learning.md)

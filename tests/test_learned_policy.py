@@ -1,5 +1,6 @@
-"""The learned policy's networks: shapes, action masking, safetensors checkpoints, and that the
-(untrained) policy runs inside the twin through the common interface."""
+"""The learned policy's networks: per-model rows of fixed shape for any pool of 1-8 models,
+action masking, safetensors checkpoints that load on any pool, and that the (untrained) policy
+runs inside the twin through the common interface."""
 
 from __future__ import annotations
 
@@ -13,9 +14,25 @@ import torch
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import NodeKind, Plan, Topology, build_graph
 from inframind_ray.core.types import LoadSnapshot, StepContext, StepDecision, SystemState
+from inframind_ray.errors import ConfigError
 from inframind_ray.orchestration.runner import run_query
-from inframind_ray.policy.features import PLAN_ACTIONS, FeatureBuilder
-from inframind_ray.policy.learned import CheckpointError, LearnedPolicy
+from inframind_ray.policy.features import (
+    EXEC_ROW,
+    EXECUTOR_OBS,
+    MAX_MODELS,
+    PLAN_ACTIONS,
+    PLANNER_OBS,
+    FeatureBuilder,
+)
+from inframind_ray.policy.latency import latency_terms
+from inframind_ray.policy.learned import (
+    DEFAULT_CHECKPOINT,
+    EXECUTOR_KEYS,
+    PLANNER_KEYS,
+    CheckpointError,
+    LearnedPolicy,
+)
+from inframind_ray.policy.positional import V1_CHECKPOINT, PositionalPolicy
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.tasks.prompts import extract_answer
 from inframind_ray.tasks.workload import WorkloadSpec, make_queries
@@ -40,25 +57,148 @@ def _state(info, now=0.0, unavailable=()):
                                           available=m not in unavailable) for m in info.names})
 
 
-def test_shapes_and_masks(setup):
-    """Logit and value shapes; masked actions are never chosen."""
+def _pool_of(info, n):
+    """A pool of n models: the default's, then renamed copies (different names, same cards)."""
+    models = list(info.models) + [replace(m, name=f"{m.name}-b") for m in info.models]
+    return replace(info, models=tuple(models[:n]))
+
+
+def _ctx(q, info, topology=Topology.COT, **kw):
+    plan = Plan.make(topology)
+    return StepContext(q, plan, build_graph(plan).nodes[0], 1, 0.0, _state(info, **kw))
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 8])
+def test_fixed_shapes_and_padding_rows_masked(setup, n):
+    """Every pool of 1-8 models gives the same shapes; padding rows are zero and masked."""
     _, _, info, queries = setup
-    pol = LearnedPolicy(info, seed=1)
-    f = FeatureBuilder(info)
-    q = queries[0]
-    o = f.planner(q, _state(info))
-    logits, v = pol.planner(*(torch.as_tensor(np.stack([o[k]] * 4)) for k in ("emb", "z",
-                                                                             "mask")))
+    pool = _pool_of(info, n)
+    f = FeatureBuilder(pool)
+    po = f.planner(queries[0], _state(pool))
+    eo = f.executor(_ctx(queries[0], pool, Topology.IO))
+    assert {k: v.shape for k, v in po.items()} == {k: (d,) for k, d in PLANNER_OBS.items()}
+    assert {k: v.shape for k, v in eo.items()} == {k: (d,) for k, d in EXECUTOR_OBS.items()}
+    for o in (po, eo):
+        assert o["row_mask"].tolist() == [1.0] * n + [0.0] * (MAX_MODELS - n)
+        rows = o["rows"].reshape(MAX_MODELS, -1)
+        assert not rows[n:].any() and rows[:n].any()
+    assert eo["mask"].reshape(MAX_MODELS, 3)[:n].all() and not eo["mask"][n * 3:].any()
+    pol = LearnedPolicy(pool, seed=n)
+    logits, v = pol.executor(*(torch.as_tensor(np.stack([eo[k]] * 4)) for k in EXECUTOR_KEYS))
+    assert logits.shape == (4, MAX_MODELS * 3) and v.shape == (4,)
+    assert (logits[:, n * 3:] < -1e8).all()
+    logits, v = pol.planner(*(torch.as_tensor(np.stack([po[k]] * 4)) for k in PLANNER_KEYS))
     assert logits.shape == (4, len(PLAN_ACTIONS)) and v.shape == (4,)
-    plan = Plan.make(Topology.COT)
-    node = build_graph(plan).nodes[0]
-    ctx = StepContext(q, plan, node, 1, 0.0, _state(info, unavailable=("llama-3.1-70b",)))
-    o = f.executor(ctx)
-    logits, v = pol.executor(*(torch.as_tensor(o[k])[None] for k in ("sem", "res", "mask")))
-    assert logits.shape == (1, len(info.names) * 3) and v.shape == (1,)
-    for seed in range(20):  # random weights: whatever it prefers, masked actions never win
+    assert pol.decide(_ctx(queries[0], pool)).model in pool.names
+
+
+def test_too_many_models_refused(setup, tmp_path):
+    _, _, info, _ = setup
+    nine = replace(info, models=(*_pool_of(info, 8).models, replace(info.models[0], name="x")))
+    with pytest.raises(ConfigError, match="pools of 1 to 8 models; this pool has 9"):
+        FeatureBuilder(nine)
+    LearnedPolicy(info).save(tmp_path / "ck")
+    with pytest.raises(CheckpointError, match="pools of 1 to 8 models"):
+        LearnedPolicy.load(tmp_path / "ck", nine)
+
+
+def test_shapes_and_masks(setup):
+    """Masked actions (a model down, a strategy the topology forbids) are never chosen."""
+    _, _, info, queries = setup
+    ctx = _ctx(queries[0], info, unavailable=("llama-3.1-70b",))
+    for seed in range(8):  # random weights: whatever it prefers, masked actions never win
         d = LearnedPolicy(info, seed=seed).decide(ctx)
         assert d.strategy is not Strategy.FLASH and d.model != "llama-3.1-70b"
+
+
+def test_price_list_matches_latency_terms(setup):
+    """The rows' price and toll are policy.latency's, computed per row."""
+    _, _, info, queries = setup
+    state = SystemState(3.0, {m: LoadSnapshot(m, 2, 40 + i, 30, 0.5, 0.8, 0.03, 6.0, 2.5)
+                              for i, m in enumerate(info.names)})
+    plan = Plan.make(Topology.IO)
+    ctx = StepContext(queries[1], plan, build_graph(plan).nodes[0], 2, 3.0, state)
+    rows = FeatureBuilder(info).executor(ctx)["rows"].reshape(MAX_MODELS, EXEC_ROW)
+    per_step = ctx.remaining_budget_s / 2
+    for i, m in enumerate(info.models):
+        ld = state.models[m.name]
+        for j, s in enumerate(Strategy):
+            service, wait = latency_terms(m, ld, ctx.prompt_tokens(s),
+                                          m.call_tokens(s, False, ctx.query.task), "service")
+            price, toll = rows[i, EXEC_ROW - 15 + 5 * j + 3: EXEC_ROW - 15 + 5 * j + 5]
+            assert price == pytest.approx(min((service + wait) / per_step, 5.0), rel=1e-4)
+            cong = (ld.running + ld.waiting + 1 - 2 * m.max_num_seqs) / (2 * m.max_num_seqs)
+            assert toll == pytest.approx(min(max(cong, 0) * service / 10, 10), rel=1e-4, abs=1e-6)
+
+
+def test_one_checkpoint_any_pool(setup, tmp_path):
+    """A checkpoint saved on pool A loads and decides on pool B (other models, other order);
+    a model marked down or missing from the state is never chosen; reordering the pool keeps
+    the choice; the network is the same whatever the pool."""
+    _, _, info, queries = setup
+    LearnedPolicy(info, seed=5, hidden=32).save(tmp_path / "ck")
+    sub = replace(info, models=tuple(reversed(info.models[1:4])))
+    for pool in (sub, _pool_of(info, 8), _pool_of(info, 1)):
+        pol = LearnedPolicy.load(tmp_path / "ck", pool)
+        assert pol.plan(queries[0], _state(pool)) in PLAN_ACTIONS
+        assert pol.decide(_ctx(queries[0], pool)).model in pool.names
+    a = LearnedPolicy.load(tmp_path / "ck", sub)
+    b = LearnedPolicy.load(tmp_path / "ck", replace(sub, models=tuple(reversed(sub.models))))
+    for q in queries:
+        for topology in (Topology.IO, Topology.COT):
+            da = a.decide(_ctx(q, sub, topology))
+            db = b.decide(_ctx(q, b.pool, topology))
+            assert (da.model, da.strategy) == (db.model, db.strategy)
+            down = a.decide(_ctx(q, sub, topology, unavailable=(da.model,)))
+            assert down.model != da.model
+            gone = SystemState(0.0, {m: ld for m, ld in _state(sub).models.items()
+                                     if m != da.model})
+            plan = Plan.make(topology)
+            ctx = StepContext(q, plan, build_graph(plan).nodes[0], 1, 0.0, gone)
+            assert a.decide(ctx).model != da.model
+    assert a.planner.state_dict().keys() == LearnedPolicy(info, hidden=32).planner.state_dict(
+    ).keys()
+
+
+def test_shipped_checkpoint_follows_load_on_a_pool_it_never_saw(setup):
+    """The shipped checkpoint on three of the five models, in another order (a model set no
+    training pool had): an idle 70B gets every step-by-step call; with 120 requests waiting
+    at the 70B the calls go elsewhere; the 70B marked down is never chosen; the pool's order
+    does not change a choice."""
+    _, _, info, _ = setup
+    keep = ("llama-3.1-70b", "llama-3.1-8b", "phi-3-mini")
+    sub = replace(info, models=tuple(m for m in reversed(info.models) if m.name in keep))
+    pols = [LearnedPolicy.load(DEFAULT_CHECKPOINT, p)
+            for p in (sub, replace(sub, models=tuple(reversed(sub.models))))]
+    queries = make_queries(WorkloadSpec(60, 10, split="val", seed=3,
+                                        tasks=(("gsm8k", 0.5), ("mmlu_pro", 0.5))))
+    plan = Plan.make(Topology.IO)
+
+    def choose(pol, q, waiting, down=()):
+        state = SystemState(0.0, {m: LoadSnapshot(m, 1, waiting if m == keep[0] else 0,
+                                                  6 if m == keep[0] and waiting else 0, 0.3,
+                                                  0.5, 0.03, 8.0, 0.0, available=m not in down)
+                                  for m in sub.names})
+        return pol.decide(StepContext(q, plan, build_graph(plan).nodes[0], 1, 0.0, state)).model
+
+    for q in queries:
+        idle, busy = (choose(pols[0], q, w) for w in (0, 120))
+        assert idle == keep[0] and busy != keep[0]
+        assert choose(pols[1], q, 0) == idle and choose(pols[1], q, 120) == busy
+        assert choose(pols[0], q, 0, down=(keep[0],)) != keep[0]
+
+
+def test_positional_checkpoint_refused_and_kept_as_v1(setup, tmp_path):
+    """The previous positional checkpoint is refused in one line; policy inframind-v1 runs it
+    on its own pool only."""
+    _, _, info, queries = setup
+    with pytest.raises(CheckpointError, match="positional v1 checkpoint") as e:
+        LearnedPolicy.load(V1_CHECKPOINT, info)
+    assert "\n" not in str(e.value)
+    old = PositionalPolicy.load(V1_CHECKPOINT, info)
+    assert old.decide(_ctx(queries[0], info)).model in info.names
+    with pytest.raises(CheckpointError, match="trained for models"):
+        PositionalPolicy.load(V1_CHECKPOINT, replace(info, models=info.models[:3]))
 
 
 def test_checkpoint_round_trip_and_bad_checkpoints(setup, tmp_path):
@@ -74,10 +214,11 @@ def test_checkpoint_round_trip_and_bad_checkpoints(setup, tmp_path):
     (tmp_path / "ck" / "policy.safetensors").write_bytes(b"not a tensor file")
     with pytest.raises(CheckpointError, match="corrupt"):
         LearnedPolicy.load(tmp_path / "ck", info)
-    a.save(tmp_path / "ck2")
-    other = replace(info, models=info.models[:3])
-    with pytest.raises(CheckpointError, match="trained for models"):
-        LearnedPolicy.load(tmp_path / "ck2", other)
+    LearnedPolicy(info, hidden=16).save(tmp_path / "ck2")
+    spec = tmp_path / "ck2" / "spec.json"
+    spec.write_text(spec.read_text().replace('"hidden": 16', '"hidden": 32'))
+    with pytest.raises(CheckpointError, match="weights do not fit"):
+        LearnedPolicy.load(tmp_path / "ck2", info)
 
 
 def test_runs_in_the_twin(setup):
@@ -119,8 +260,8 @@ def test_token_budget(setup, tmp_path):
     else:
         assert d.max_tokens is None
     # the price list sees the capped expectation
-    assert not np.array_equal(capped.features.executor(ctx)["res"],
-                              free.features.executor(ctx)["res"])
+    assert not np.array_equal(capped.features.executor(ctx)["rows"],
+                              free.features.executor(ctx)["rows"])
 
     capped.save(tmp_path / "ck")
     assert LearnedPolicy.load(tmp_path / "ck", info).token_budget

@@ -110,6 +110,7 @@ def test_lagrangian_reward_and_lambda_rises(hot_algo):
 
 
 TINY = {
+    "hidden": 32,  # small nets: the warm start fits in seconds
     "env": {"pool": "constrained", "queries_per_episode": 400, "rate_range": [300, 300],
             "trace_fraction": 0.0},  # the 6-slot 70B congests at 300 req/min
     "warm_start": {"episodes": 3, "epochs": 60},

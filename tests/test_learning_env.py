@@ -8,7 +8,7 @@ import pytest
 from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 
 from inframind_ray.learning.env import TOLL_CAP, EnvConfig, TwinOrchestrationEnv
-from inframind_ray.policy.features import PER_MODEL
+from inframind_ray.policy.features import MAX_MODELS, PLAN_ROW
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +105,9 @@ def test_episodes_randomise_metric_age_and_pool_history():
         e.cfg = EnvConfig.model_validate({"queries_per_episode": 5,
                                           "history_fraction": float(history)})
         obs, _ = e.reset(seed=3)
-        return obs[e._pending]["z"]
+        return obs[e._pending]["rows"]
 
-    e2e = lambda z: z[2 + 4::PER_MODEL][:len(e.info.models)]  # noqa: E731  (5th per model)
+    e2e = lambda rows: rows.reshape(MAX_MODELS, PLAN_ROW)[:len(e.info.models), 4]  # noqa: E731
     assert not e2e(first_planner_obs(False)).any()  # a fresh pool: nothing served yet
     assert e2e(first_planner_obs(True)).any()
     e.close()

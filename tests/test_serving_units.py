@@ -171,10 +171,10 @@ def test_replica_lists_its_deadline_mix_and_the_view_merges_it():
     assert "waiting_slack_s" not in view.describe()["m"]
 
 
-@pytest.mark.parametrize("break_it", ["missing", "corrupt", "other-pool"])
+@pytest.mark.parametrize("break_it", ["missing", "corrupt", "positional"])
 def test_bad_checkpoint_falls_back_to_heuristic_and_says_so(tmp_path, break_it):
-    """A missing, corrupt or mismatched learned-policy checkpoint: the orchestrator serves with the
-    infra-aware heuristic and /v1/state says why."""
+    """A missing, corrupt or old positional (v1) learned-policy checkpoint: the orchestrator
+    serves with the infra-aware heuristic and /v1/state says why."""
     from inframind_ray.config import load_pool
     from inframind_ray.policy.baselines import InfraHeuristic
     from inframind_ray.policy.learned import LearnedPolicy
@@ -187,8 +187,10 @@ def test_bad_checkpoint_falls_back_to_heuristic_and_says_so(tmp_path, break_it):
         info = build_pool_info(cfg)
         LearnedPolicy(info, hidden=16).save(ckpt)
         (ckpt / "policy.safetensors").write_bytes(b"not a tensor file")
-    elif break_it == "other-pool":
-        ckpt = None  # the shipped policy was trained for the default pool's five models
+    elif break_it == "positional":
+        from inframind_ray.policy.positional import V1_CHECKPOINT
+
+        ckpt = V1_CHECKPOINT  # the previous policy's checkpoint: per-model vectors in order
     serving = cfg.serving.model_copy(update={
         "records_dir": str(tmp_path / "rec"), "policy_checkpoint": None if ckpt is None
         else str(ckpt), "embed": False})

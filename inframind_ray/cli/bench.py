@@ -150,6 +150,11 @@ def bench(
         from inframind_ray.pools.cards import build_pool_info
 
         LearnedPolicy.load(checkpoint or DEFAULT_CHECKPOINT, build_pool_info(cfg))
+    if "inframind-v1" in pols:  # the previous, positional policy: its own pool only
+        from inframind_ray.policy.positional import V1_CHECKPOINT, PositionalPolicy
+        from inframind_ray.pools.cards import build_pool_info
+
+        PositionalPolicy.load(V1_CHECKPOINT, build_pool_info(cfg))
     scheds = tuple(dict.fromkeys(cfg.engine.scheduling if n == "pool" else n for n in scheds))
     sched = scheds[0] if len(scheds) == 1 else None  # capacity: under the pool's when several
     cap_doc = None

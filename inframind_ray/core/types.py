@@ -144,6 +144,7 @@ class ModelInfo:
     budget_tokens: int = 0  # 0: no budget known, the strategy's cap applies
     budget_expected_tokens: float = 0.0
     tasks: Mapping[str, TaskCard] = field(default_factory=dict)
+    params_b: float = 0.0  # billions of parameters (the model card's size); 0: unknown
 
     def card(self, task: str = "mmlu_pro") -> TaskCard:
         """The model's card for a task family (its MMLU-Pro facts when none is known)."""

@@ -36,7 +36,7 @@ from inframind_ray.core.topology import Plan, build_graph
 from inframind_ray.core.types import PoolInfo, QueryInfo, StepContext, StepDecision, SystemState
 from inframind_ray.orchestration.runner import AgentResult, QueryResult, run_query
 from inframind_ray.policy.base import Policy
-from inframind_ray.policy.features import FeatureBuilder, plan_of
+from inframind_ray.policy.features import EXECUTOR_OBS, PLANNER_OBS, FeatureBuilder, plan_of
 from inframind_ray.policy.latency import free_slots
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.tasks.registry import parse_mix
@@ -186,19 +186,21 @@ class _Bridge(Policy):
 class TwinOrchestrationEnv(MultiAgentEnv):
     """See the module docstring."""
 
-    def __init__(self, config: dict | None = None) -> None:
+    def __init__(self, config: dict | None = None, pool: PoolConfig | None = None) -> None:
         super().__init__()
         self.cfg = EnvConfig.model_validate(config or {})
-        self.pool = load_pool(self.cfg.pool)
+        self.pool = pool or load_pool(self.cfg.pool)  # ``pool``: another pool than cfg.pool
         self.outcome = OutcomeModel.for_models(self.pool.models)
         self.info = build_pool_info(self.pool)
         self.features = f = FeatureBuilder(self.info, self.cfg.token_budget)
         n = self.cfg.queries_per_episode
         box = lambda d: gym.spaces.Box(-np.inf, np.inf, (d,), np.float32)  # noqa: E731
         mask = lambda d: gym.spaces.Box(0.0, 1.0, (d,), np.float32)  # noqa: E731
-        plan_space = gym.spaces.Dict({"emb": box(384), "z": box(f.z_dim), "mask": mask(f.n_plan)})
-        exec_space = gym.spaces.Dict({"sem": box(f.sem_dim), "res": box(f.res_dim),
-                                      "mask": mask(f.n_exec)})
+        masks = ("mask", "row_mask")  # fixed shapes (MAX_MODELS rows) whatever the pool
+        plan_space = gym.spaces.Dict({k: (mask if k in masks else box)(d)
+                                      for k, d in PLANNER_OBS.items()})
+        exec_space = gym.spaces.Dict({k: (mask if k in masks else box)(d)
+                                      for k, d in EXECUTOR_OBS.items()})
         self.possible_agents = [f"plan/{i}" for i in range(n)] + [
             f"step/{i}/{j}" for i in range(n) for j in range(MAX_NODES)]
         self.observation_spaces = {a: plan_space if a.startswith("plan") else exec_space

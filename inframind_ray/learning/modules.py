@@ -17,7 +17,7 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from inframind_ray.policy.learned import ExecutorNet, PlannerNet
+from inframind_ray.policy.learned import EXECUTOR_KEYS, PLANNER_KEYS, ExecutorNet, PlannerNet
 
 PLANNER, EXECUTOR = "planner", "executor"
 
@@ -28,17 +28,18 @@ def module_of(agent_id: str, *args: Any, **kwargs: Any) -> str:
 
 
 class PlannerModule(TorchRLModule, ValueFunctionAPI):
-    """PlannerNet: FiLM(query embedding | z0) -> (topology, K) logits, and a value."""
+    """PlannerNet: pooled model rows + FiLM(query embedding | globals) -> (topology, K) logits,
+    and a value. The spaces have fixed shapes (MAX_MODELS rows), whatever the pool."""
+
+    keys = PLANNER_KEYS
 
     def setup(self) -> None:
-        """Build the net from the Dict observation space."""
-        obs = self.observation_space
-        self.net = PlannerNet(obs["z"].shape[0], self.action_space.n,
-                              int(self.model_config.get("hidden", 128)))
+        """Build the net (its shapes are the features' constants, not the pool's)."""
+        self.net = PlannerNet(int(self.model_config.get("hidden", 128)))
 
     def _run(self, batch: dict) -> tuple:
         o = batch[Columns.OBS]
-        return self.net(o["emb"], o["z"], o["mask"])
+        return self.net(*(o[k] for k in self.keys))
 
     def _forward(self, batch: dict, **kwargs: Any) -> dict:
         logits, _ = self._run(batch)
@@ -56,17 +57,13 @@ class PlannerModule(TorchRLModule, ValueFunctionAPI):
 
 
 class ExecutorModule(PlannerModule):
-    """ExecutorNet: semantic + resource pathways -> (model, strategy) logits, and a value."""
+    """ExecutorNet: every (model row, strategy) scored by shared weights, and a value."""
+
+    keys = EXECUTOR_KEYS
 
     def setup(self) -> None:
-        """Build the net from the Dict observation space."""
-        obs = self.observation_space
-        self.net = ExecutorNet(obs["sem"].shape[0], obs["res"].shape[0], self.action_space.n,
-                               int(self.model_config.get("hidden", 128)))
-
-    def _run(self, batch: dict) -> tuple:
-        o = batch[Columns.OBS]
-        return self.net(o["sem"], o["res"], o["mask"])
+        """Build the net (its shapes are the features' constants, not the pool's)."""
+        self.net = ExecutorNet(int(self.model_config.get("hidden", 128)))
 
 
 def module_spec(plan_obs: gym.Space, plan_act: gym.Space, exec_obs: gym.Space,

@@ -25,19 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from inframind_ray import assumptions as A
 from inframind_ray.config import read_yaml, validated
 from inframind_ray.learning.env import EnvConfig
+from inframind_ray.learning.warmstart import WarmStart
 
 log = logging.getLogger(__name__)
 COLLAPSE_SHARE = 0.9  # one model on more than this share of steps at the lowest eval rate
-
-
-class WarmStart(BaseModel):
-    """Behaviour cloning of a teacher before PPO."""
-
-    model_config = ConfigDict(extra="forbid")
-    teacher: str = "priced-topology"  # the shipped policy's teacher (policy/baselines.py)
-    episodes: int = Field(40, ge=1)
-    epochs: int = Field(20, ge=1)
-    lr: float = Field(1e-3, gt=0)
 
 
 class PPOSettings(BaseModel):
@@ -208,7 +199,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
 
     from inframind_ray.learning.env import TwinOrchestrationEnv
     from inframind_ray.learning.modules import EXECUTOR, PLANNER
-    from inframind_ray.learning.warmstart import collect, fit
+    from inframind_ray.learning.warmstart import warm_start
     from inframind_ray.policy.learned import LearnedPolicy
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -244,23 +235,13 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
             row = {"iteration": 0, "phase": "untrained",
                    "eval": evaluate(cfg, untrained_ckpt)}
             if cfg.warm_start is not None:
-                ws = cfg.warm_start
-                demos = collect(env, ws.teacher, ws.episodes, cfg.seed, cfg.lagrangian.lam_init,
-                                progress)
-                pol = LearnedPolicy(info, seed=cfg.seed, hidden=cfg.hidden,
-                                    token_budget=cfg.env.token_budget)
-                acc_p = fit(pol.planner, demos["planner"], ("emb", "z"), ws.epochs, ws.lr,
-                            cfg.seed)
-                acc_e = fit(pol.executor, demos["executor"], ("sem", "res"), ws.epochs, ws.lr,
-                            cfg.seed)
+                pol, ws_row = warm_start(cfg.warm_start, cfg.env, cfg.seed, cfg.hidden,
+                                         cfg.lagrangian.lam_init, progress)
                 _set_learner_nets(algo, {PLANNER: pol.planner.state_dict(),
                                          EXECUTOR: pol.executor.state_dict()})
                 ckpt = export_policy(algo, info, cfg.hidden, out / "checkpoints" / "iter_0",
                                      cfg.env.token_budget)
-                row = {"iteration": 0, "phase": "warm_start", "teacher": ws.teacher,
-                       "demos": {k: len(v) for k, v in demos.items()},
-                       "imitation_accuracy": {"planner": round(acc_p, 4),
-                                              "executor": round(acc_e, 4)},
+                row = {"iteration": 0, "phase": "warm_start", **ws_row,
                        "eval": evaluate(cfg, ckpt), "untrained_eval": row["eval"]}
             _log_row(row, history, metrics_path, on_row)
         for it in range(start, cfg.ppo.iterations):

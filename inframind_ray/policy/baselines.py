@@ -27,6 +27,7 @@ from inframind_ray.core.types import (
 from inframind_ray.policy.base import Policy
 from inframind_ray.policy.latency import congestion, free_slots, latency_terms, predict_latency
 from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
+from inframind_ray.policy.positional import V1_CHECKPOINT, PositionalPolicy
 
 IO_PLAN = Plan.make(Topology.IO)
 SAFETY = 0.85  # fraction of the per-step budget a predicted latency may use
@@ -321,15 +322,16 @@ class Oracle(Policy):
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (LearnedPolicy, AlwaysStrongest, StaticTask, MoA, RandomPolicy, RoundRobin,
-                LeastLoaded, InfraHeuristic, InfraTopology, StrongestTopology, PricedTopology,
-                Oracle)
+    for cls in (LearnedPolicy, PositionalPolicy, AlwaysStrongest, StaticTask, MoA, RandomPolicy,
+                RoundRobin, LeastLoaded, InfraHeuristic, InfraTopology, StrongestTopology,
+                PricedTopology, Oracle)
 }
 
 
 def make_policy(name: str, pool: PoolInfo, seed: int = 0, **extra) -> Policy:
     """Build a policy by CLI name. ``oracle`` needs ``is_correct``; ``inframind`` loads
-    ``checkpoint`` (default: the shipped policy) and raises CheckpointError if it cannot."""
+    ``checkpoint`` (default: the shipped policy) and raises CheckpointError if it cannot;
+    ``inframind-v1`` is the previous, positional policy with its shipped checkpoint."""
     if name.startswith("pinned:"):
         return Pinned(pool, name.partition(":")[2])
     try:
@@ -341,6 +343,8 @@ def make_policy(name: str, pool: PoolInfo, seed: int = 0, **extra) -> Policy:
         return cls(pool, seed, is_correct=extra.get("is_correct"))
     if cls is LearnedPolicy:
         return LearnedPolicy.load(extra.get("checkpoint") or DEFAULT_CHECKPOINT, pool)
+    if cls is PositionalPolicy:  # the previous shipped policy, on its own pool only
+        return PositionalPolicy.load(V1_CHECKPOINT, pool)
     return cls(pool, seed)
 
 

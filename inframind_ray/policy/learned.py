@@ -1,28 +1,47 @@
 """The hierarchical policy's networks (torch) and their use behind the ``Policy`` interface.
 
-Planner (once per query): the 384-d query embedding, modulated by FiLM from the system-state
-vector z0 (budget, per-model queue depth, running, KV usage, latency, metric age), picks
-(topology, K). Executor (per agent step): a semantic pathway (query embedding, role, node kind,
-topology) and a resource pathway (budget left on the critical path, live per-model metrics, the
-action-conditional latency price list) pick (model, strategy). Both have value heads. Masked
-actions get -inf logits. Checkpoints are safetensors plus a JSON spec (never pickles).
+Both networks read one row per pool model (``policy/features.py``: live load, EDF view, price
+list, toll and the model card), padded to MAX_MODELS rows, through encoders shared by every row,
+so their weights do not depend on the pool. Planner (once per query): rows encoded and pooled
+(masked mean + max), with the budget, FiLM-modulate the 384-d query embedding -> (topology, K).
+Executor (per agent step): every (model, strategy) pair scored by the same weights, conditioned
+on the query embedding, role, node kind, topology and budget -> (model, strategy). Both have
+value heads. Masked actions get -1e9 logits. Checkpoints are safetensors plus a JSON spec
+(format, feature version, dims, hidden; never pickles) and load on any pool of 1..8 models.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from inframind_ray.core.topology import Plan
 from inframind_ray.core.types import PoolInfo, QueryInfo, StepContext, StepDecision, SystemState
-from inframind_ray.errors import InframindError
+from inframind_ray.errors import ConfigError, InframindError
 from inframind_ray.policy.base import Policy
-from inframind_ray.policy.features import EMB_DIM, FeatureBuilder, plan_of
+from inframind_ray.policy.features import (
+    EMB_DIM,
+    EXEC_GLOBAL,
+    EXEC_MODEL_DIM,
+    EXEC_PER_S,
+    EXEC_ROW,
+    FEATURE_VERSION,
+    MAX_MODELS,
+    N_STRATEGIES,
+    PLAN_ACTIONS,
+    PLAN_GLOBAL,
+    PLAN_ROW,
+    SEM_DIM,
+    FeatureBuilder,
+    check_pool_size,
+    dims,
+    plan_of,
+)
 
 NEG = -1e9
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "data" / "policy"
@@ -37,48 +56,88 @@ def masked(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(mask <= 0, NEG)
 
 
-class PlannerNet(nn.Module):
-    """FiLM(query embedding | z0) -> (topology, K) logits and a value."""
+def pool_rows(h: torch.Tensor, row_mask: torch.Tensor) -> torch.Tensor:
+    """Masked mean and max over the model rows: [B, R, H] -> [B, 2H]."""
+    m = row_mask.unsqueeze(-1)
+    mean = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+    top = h.masked_fill(m <= 0, -1e4).amax(1)
+    return torch.cat([mean, top], -1)
 
-    def __init__(self, z_dim: int, n_actions: int, hidden: int = 128) -> None:
+
+class PlannerNet(nn.Module):
+    """Shared row encoder, pooled over valid rows; FiLM(query embedding | globals, pooled
+    rows) -> (topology, K) logits and a value. Its size does not depend on the pool."""
+
+    def __init__(self, hidden: int = 128) -> None:
         super().__init__()
+        z = PLAN_GLOBAL + 2 * hidden
+        self.row = nn.Sequential(nn.Linear(PLAN_ROW, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, hidden), nn.ReLU())
         self.embed = nn.Sequential(nn.Linear(EMB_DIM, hidden), nn.ReLU())
-        self.film = nn.Linear(z_dim, 2 * hidden)
-        self.trunk = nn.Sequential(nn.Linear(hidden + z_dim, hidden), nn.ReLU())
-        self.pi = nn.Linear(hidden, n_actions)
+        self.film = nn.Linear(z, 2 * hidden)
+        self.trunk = nn.Sequential(nn.Linear(hidden + z, hidden), nn.ReLU())
+        self.pi = nn.Linear(hidden, len(PLAN_ACTIONS))
         self.v = nn.Linear(hidden, 1)
 
-    def forward(self, emb: torch.Tensor, z: torch.Tensor, mask: torch.Tensor
+    def forward(self, emb: torch.Tensor, glob: torch.Tensor, rows: torch.Tensor,
+                row_mask: torch.Tensor, mask: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        h_rows = self.row(rows.view(rows.shape[0], MAX_MODELS, PLAN_ROW))
+        z = torch.cat([glob, pool_rows(h_rows, row_mask)], -1)
         gamma, beta = self.film(z).chunk(2, dim=-1)
-        h = self.embed(emb) * (1 + gamma) + beta
-        h = self.trunk(torch.cat([h, z], dim=-1))
+        h = self.trunk(torch.cat([self.embed(emb) * (1 + gamma) + beta, z], -1))
         return masked(self.pi(h), mask), self.v(h).squeeze(-1)
 
 
 class ExecutorNet(nn.Module):
-    """Semantic + resource pathways -> (model, strategy) logits and a value."""
+    """Scores every (model row, strategy) with the same weights: a row encoder FiLM-conditioned
+    on the step's context (embedding, role, kind, topology, budget globals), then a pair scorer
+    on (row code, pooled rows, the strategy's price list / toll / accuracy, strategy one-hot).
+    Logits over ``row * N_STRATEGIES + strategy`` (padded rows masked); the value head pools
+    over valid rows."""
 
-    def __init__(self, sem_dim: int, res_dim: int, n_actions: int, hidden: int = 128) -> None:
+    def __init__(self, hidden: int = 128) -> None:
         super().__init__()
-        self.sem = nn.Sequential(nn.Linear(sem_dim, hidden), nn.ReLU())
-        self.res = nn.Sequential(nn.Linear(res_dim, hidden), nn.ReLU())
-        self.fuse = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU())
-        self.pi = nn.Linear(hidden, n_actions)
-        self.v = nn.Linear(hidden, 1)
+        self.ctx = nn.Sequential(nn.Linear(SEM_DIM + EXEC_GLOBAL, hidden), nn.ReLU())
+        self.row = nn.Sequential(nn.Linear(EXEC_MODEL_DIM, hidden), nn.ReLU())
+        self.film = nn.Linear(hidden, 2 * hidden)
+        self.pair_row = nn.Linear(hidden, hidden)
+        self.pair_s = nn.Linear(EXEC_PER_S + N_STRATEGIES, hidden)
+        self.pair_ctx = nn.Linear(3 * hidden, hidden)
+        self.score = nn.Sequential(nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                   nn.Linear(hidden, 1))
+        self.v = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.register_buffer("onehot", torch.eye(N_STRATEGIES), persistent=False)
 
-    def forward(self, sem: torch.Tensor, res: torch.Tensor, mask: torch.Tensor
+    def forward(self, sem: torch.Tensor, glob: torch.Tensor, rows: torch.Tensor,
+                row_mask: torch.Tensor, mask: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.fuse(torch.cat([self.sem(sem), self.res(res)], dim=-1))
-        return masked(self.pi(h), mask), self.v(h).squeeze(-1)
+        b = rows.shape[0]
+        rows = rows.view(b, MAX_MODELS, EXEC_ROW)
+        per_s = rows[..., EXEC_MODEL_DIM:].reshape(b, MAX_MODELS, N_STRATEGIES, EXEC_PER_S)
+        c = self.ctx(torch.cat([sem, glob], -1))
+        gamma, beta = self.film(c).unsqueeze(1).chunk(2, dim=-1)
+        h = self.row(rows[..., :EXEC_MODEL_DIM]) * (1 + gamma) + beta  # [B, R, H]
+        g = torch.cat([pool_rows(h, row_mask), c], -1)  # [B, 3H]
+        onehot = self.onehot.expand(b, MAX_MODELS, N_STRATEGIES, N_STRATEGIES)
+        pre = (self.pair_row(h).unsqueeze(2) + self.pair_s(torch.cat([per_s, onehot], -1))
+               + self.pair_ctx(g)[:, None, None, :])
+        logits = self.score(pre).reshape(b, MAX_MODELS * N_STRATEGIES)
+        return masked(logits, mask), self.v(g).squeeze(-1)
 
 
-def _t(x: np.ndarray) -> torch.Tensor:
-    return torch.as_tensor(x).unsqueeze(0)
+PLANNER_KEYS = ("emb", "glob", "rows", "row_mask", "mask")
+EXECUTOR_KEYS = ("sem", "glob", "rows", "row_mask", "mask")
+FORMAT = "inframind-policy-v2"
+
+
+def _t(o: dict, keys: tuple[str, ...]) -> list[torch.Tensor]:
+    return [torch.from_numpy(o[k]).unsqueeze(0) for k in keys]
 
 
 class LearnedPolicy(Policy):
-    """The hierarchical policy behind the common interface (greedy at inference)."""
+    """The hierarchical policy behind the common interface (greedy at inference). The networks
+    do not depend on the pool: only the FeatureBuilder does."""
 
     name = "inframind"
 
@@ -88,57 +147,84 @@ class LearnedPolicy(Policy):
         torch.manual_seed(seed)
         self.token_budget = token_budget
         self.features = FeatureBuilder(pool, token_budget)
-        f = self.features
-        self.planner = PlannerNet(f.z_dim, f.n_plan, hidden)
-        self.executor = ExecutorNet(f.sem_dim, f.res_dim, f.n_exec, hidden)
+        self.planner = PlannerNet(hidden)
+        self.executor = ExecutorNet(hidden)
         self.hidden = hidden
+        self._traced: dict[tuple[str, int], torch.jit.ScriptModule] = {}
 
-    @torch.no_grad()
+    @torch.inference_mode()
+    def _logits(self, which: str, obs: dict) -> torch.Tensor:
+        """One greedy forward pass through a TorchScript trace of the net (batch 1; it shares
+        the net's parameters, so loading weights later still applies), about half the Python
+        overhead of the eager modules per decision."""
+        net = getattr(self, which)
+        x = _t(obs, PLANNER_KEYS if which == "planner" else EXECUTOR_KEYS)
+        fn = self._traced.get((which, id(net)))
+        if fn is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fn = self._traced[(which, id(net))] = torch.jit.trace(net, x, check_trace=False)
+        return fn(*x)[0]
+
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
-        o = self.features.planner(query, state)
-        logits, _ = self.planner(_t(o["emb"]), _t(o["z"]), _t(o["mask"]))
-        return plan_of(int(logits.argmax(-1)))
+        return plan_of(int(self._logits("planner", self.features.planner(query, state))
+                           .argmax(-1)))
 
-    @torch.no_grad()
     def _decide(self, ctx: StepContext) -> StepDecision:
-        o = self.features.executor(ctx)
-        logits, _ = self.executor(_t(o["sem"]), _t(o["res"]), _t(o["mask"]))
-        model, strategy = self.features.decision(int(logits.argmax(-1)))
+        action = int(self._logits("executor", self.features.executor(ctx)).argmax(-1))
+        model, strategy = self.features.decision(action)
         return StepDecision(model, strategy)
 
     # ------------------------------------------------------------------ checkpoints
     def spec(self) -> dict:
-        """What a checkpoint must match to be loaded into a pool."""
-        return {"format": "inframind-policy-v1", "models": list(self.pool.names),
-                "hidden": self.hidden, "z_dim": self.features.z_dim,
-                "sem_dim": self.features.sem_dim, "res_dim": self.features.res_dim,
-                "token_budget": self.token_budget}
+        """What a checkpoint must match to be loaded (never the pool: any 1..8 models)."""
+        return {"format": FORMAT, "feature_version": FEATURE_VERSION, "dims": dims(),
+                "hidden": self.hidden, "token_budget": self.token_budget}
 
-    def save(self, path: str | Path) -> Path:
-        """Write ``path/policy.safetensors`` and ``path/spec.json``."""
+    def save(self, path: str | Path, meta: dict | None = None) -> Path:
+        """Write ``path/policy.safetensors`` and ``path/spec.json`` (``meta``: provenance such as
+        the training pools, informational)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         tensors = {f"planner.{k}": v for k, v in self.planner.state_dict().items()}
         tensors |= {f"executor.{k}": v for k, v in self.executor.state_dict().items()}
         save_file({k: v.contiguous() for k, v in tensors.items()}, path / "policy.safetensors")
-        (path / "spec.json").write_text(json.dumps(self.spec(), indent=2))
+        (path / "spec.json").write_text(json.dumps(self.spec() | (meta or {}), indent=2))
         return path
 
-    @classmethod
-    def load(cls, path: str | Path, pool: PoolInfo) -> LearnedPolicy:
-        """Load a checkpoint for ``pool``; CheckpointError with a one-line reason otherwise."""
-        path = Path(path)
+    @staticmethod
+    def read_spec(path: Path) -> dict:
+        """A checkpoint's spec.json; CheckpointError with a one-line reason if it is not a
+        current (per-model-row) checkpoint."""
         try:
             spec = json.loads((path / "spec.json").read_text())
         except FileNotFoundError:
             raise CheckpointError(f"checkpoint {path}: no spec.json") from None
         except json.JSONDecodeError as e:
             raise CheckpointError(f"checkpoint {path}: spec.json is not JSON ({e.msg})") from None
-        if spec.get("format") != "inframind-policy-v1":
-            raise CheckpointError(f"checkpoint {path}: unknown format {spec.get('format')!r}")
-        if list(spec.get("models", [])) != list(pool.names):
-            raise CheckpointError(f"checkpoint {path}: trained for models {spec.get('models')}, "
-                                  f"the pool has {list(pool.names)}")
+        fmt = spec.get("format")
+        if fmt == "inframind-policy-v1":
+            raise CheckpointError(
+                f"checkpoint {path}: a positional v1 checkpoint (models {spec.get('models')}); "
+                f"the policy now takes per-model rows ({FORMAT}): retrain it (docs/learning.md) "
+                "or run it as policy inframind-v1")
+        if fmt != FORMAT:
+            raise CheckpointError(f"checkpoint {path}: unknown format {fmt!r}")
+        if spec.get("dims") != dims():
+            raise CheckpointError(f"checkpoint {path}: feature dims {spec.get('dims')} differ "
+                                  f"from this version's {dims()}")
+        return spec
+
+    @classmethod
+    def load(cls, path: str | Path, pool: PoolInfo) -> LearnedPolicy:
+        """Load a checkpoint for any pool of 1..MAX_MODELS models; CheckpointError with a
+        one-line reason otherwise."""
+        path = Path(path)
+        spec = cls.read_spec(path)
+        try:
+            check_pool_size(pool)
+        except ConfigError as e:
+            raise CheckpointError(f"checkpoint {path}: {e.message}") from None
         policy = cls(pool, hidden=int(spec.get("hidden", 128)),
                      token_budget=bool(spec.get("token_budget", False)))
         try:

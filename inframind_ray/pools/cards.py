@@ -9,7 +9,7 @@ from inframind_ray.config import ModelConfig, PoolConfig
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.types import ModelInfo, PoolInfo, TaskCard
 from inframind_ray.data import TASK_FAMILIES
-from inframind_ray.pools.hardware import derive_hardware
+from inframind_ray.pools.hardware import _arch, derive_hardware
 from inframind_ray.pools.recorded import recorded_model, recorded_task_model
 
 
@@ -54,6 +54,7 @@ def build_pool_info(cfg: PoolConfig) -> PoolInfo:
                 budget_tokens=mmlu.budget_tokens,
                 budget_expected_tokens=mmlu.budget_expected_tokens,
                 tasks=cards,
+                params_b=float(_arch(m.recorded)["params_b"]),
             )
         )
     return PoolInfo(tuple(models))
