@@ -23,7 +23,6 @@ from inframind_ray.config import load_pool
 from inframind_ray.core.types import SystemState
 from inframind_ray.orchestration.runner import run_query
 from inframind_ray.policy.baselines import make_policy
-from inframind_ray.policy.learned import LearnedPolicy
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.serving.engines.base import GenerateRequest
 from inframind_ray.tasks.workload import WorkloadSpec, make_queries
@@ -85,12 +84,10 @@ def session(tmp_path_factory, otlp):
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{otlp.server_port}"
     os.environ["RAY_metrics_report_interval_ms"] = "1000"  # noqa: SIM112 - export every 1 s
     cfg = load_pool(POOL)
-    # a learned-policy checkpoint for this pool's models, served as the default policy
-    info = build_pool_info(cfg)
-    ckpt = LearnedPolicy(info, seed=0, hidden=32).save(tmp_path_factory.mktemp("policy"))
+    # the shipped learned policy serves by default, on a pool it was never trained on
     cfg = cfg.model_copy(update={"serving": cfg.serving.model_copy(
         update={"records_dir": str(tmp_path_factory.mktemp("records")),
-                "policy_checkpoint": str(ckpt)})})
+                "policy_checkpoint": None})})
     s = start(cfg)
     yield s
     s.stop()
@@ -506,9 +503,15 @@ def test_model_removed_and_added_while_serving(session):
     assert results and all(code == 200 for code, _ in results), results
     after = [out for _, out in results[removed_at + 2:]]  # sent after the removal
     assert after and all(s["model"] == "big" for out in after for s in out["steps"])
+    st = ray.get(session.orchestrator.state.remote())
+    assert st["policy_status"] == "ok"  # the shipped checkpoint serves the one-model pool
+    code, out, _ = http(session, "POST", "/v1/queries", {"item_id": 590, "budget_s": 60})
+    assert code == 200 and out["policy"] == "inframind"
+    assert {s["model"] for s in out["steps"]} == {"big"}
     session.add_model(small)
     st = ray.get(session.orchestrator.state.remote())
     assert set(st["models"]) == {"big", "small"} and st["models"]["small"]["age_s"] is not None
+    assert st["policy_status"] == "ok" and st["default_policy"] == "inframind"
     outs = [http(session, "POST", "/v1/queries", {"item_id": 600 + i, "budget_s": 60,
                                                   "policy": "round-robin"}) for i in range(3)]
     assert all(code == 200 for code, _, _ in outs)
