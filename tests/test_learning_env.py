@@ -117,7 +117,8 @@ def test_congestion_toll():
     """With a toll, a call dispatched to a model with no free slot pays toll x the seconds it
     held a slot (capped), calls to a model with a free slot pay nothing, and the planner pays
     its query's calls' tolls: reward = quality - lam * cost * w - toll."""
-    e = TwinOrchestrationEnv({"queries_per_episode": 150, "lam": 2.0, "congestion_toll": 0.04,
+    e = TwinOrchestrationEnv({"pool": "constrained",  # its 6-slot 70B runs out of slots
+                              "queries_per_episode": 150, "lam": 2.0, "congestion_toll": 0.04,
                               "rate_range": [600, 600], "trace_fraction": 0.0})
     try:
         _, rewarded, infos = _play(e, seed=2)
