@@ -125,6 +125,11 @@ class RewardTerms:
         """A node's toll; the planner's (node None) is the sum over its query's calls."""
         return sum(self.toll.values()) if node is None else self.toll.get(node, 0.0)
 
+    def infos(self, node: int | None) -> dict[str, float]:
+        """A decision's terminal infos (what ``LagrangianReward`` rewrites the reward from)."""
+        return {"quality": self.quality, "cost": self.cost, "weight": self.weight_of(node),
+                "baseline": self.baseline, "toll": self.toll_of(node)}
+
     def reward(self, node: int | None, lam: float) -> float:
         """The reward of the planner (node None) or of one executor node."""
         return (self.quality - self.baseline - lam * self.cost * self.weight_of(node)
@@ -164,6 +169,10 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         self._resets = 0
         self._seed_base: int | None = None
         self.episode_stats: list[dict] = []
+        self.by_query = False
+        """Set by ``DecisionEnvRunner``: finished queries go to ``take_queries`` instead of the
+        ``step`` protocol's terminations."""
+        self._queries: list[dict[str, tuple[float, dict]]] = []
 
     @property
     def agents(self) -> list[str]:
@@ -178,6 +187,30 @@ class TwinOrchestrationEnv(MultiAgentEnv):
     def pending(self) -> list[str]:
         """The decisions the env waits for (at most one per sub-simulation)."""
         return [s.pending[0] for s in self.sims if s.pending is not None]
+
+    def pending_obs(self) -> list[tuple[str, dict]]:
+        """(agent id, observation) of every pending decision."""
+        return [s.pending for s in self.sims if s.pending is not None]
+
+    def answer(self, actions: dict[str, int]) -> None:
+        """Answer pending decisions (``by_query`` mode: no step results are built)."""
+        for s in self.sims:
+            if s.pending is not None and s.pending[0] in actions:
+                s.answer(int(actions[s.pending[0]]))
+        for s in self.sims:
+            for res in s.take_results():
+                self._reward(s, res)
+
+    def take_queries(self) -> list[dict[str, tuple[float, dict]]]:
+        """(``by_query`` mode) per query finished since the last call, its decisions' (reward,
+        infos) by agent id."""
+        out, self._queries = self._queries, []
+        return out
+
+    @property
+    def done(self) -> bool:
+        """Every sub-simulation's episode has ended."""
+        return all(s.done for s in self.sims)
 
     # ------------------------------------------------------------------ episode
     def sample_episode(self, rng: np.random.Generator) -> Episode:
@@ -214,7 +247,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
                 "budget_range_s": spec.budget_range_s, "metrics_period_s": ep.metrics_period_s,
                 "history": ep.history_seed is not None, "goodput": 0.0, "queries_done": 0})
             self.sims.append(SubSim(i, self.sim_pool, ep, self.cfg.token_budget))
-        self._live, self._last_obs, self._finished = {}, {}, {}
+        self._live, self._last_obs, self._finished, self._queries = {}, {}, {}, []
         for s in self.sims:
             s.advance()
         obs, _, _, _, infos = self._collect()
@@ -284,13 +317,14 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         t = self.reward_terms(res, sim.pool)
         n, i = int(res.query.query_id[1:6]), sim.index
         nodes = {f"plan/{i}/{n}": None} | {f"step/{i}/{n}/{k}": k for k in t.weight}
+        if self.by_query:
+            self._queries.append({aid: (t.reward(node, self.cfg.lam), t.infos(node))
+                                  for aid, node in nodes.items()})
+            nodes = {}
         for aid, node in nodes.items():
             if aid not in self._live or aid in self._finished:
                 continue
-            self._finished[aid] = (t.reward(node, self.cfg.lam),
-                                   {"quality": t.quality, "cost": t.cost,
-                                    "weight": t.weight_of(node),
-                                    "baseline": t.baseline, "toll": t.toll_of(node)})
+            self._finished[aid] = (t.reward(node, self.cfg.lam), t.infos(node))
         s = self.episode_stats[i]
         s["queries_done"] += 1
         s["goodput"] += (t.quality - s["goodput"]) / s["queries_done"]
