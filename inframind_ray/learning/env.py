@@ -169,6 +169,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         self._resets = 0
         self._seed_base: int | None = None
         self.episode_stats: list[dict] = []
+        self.decisions = 0  # answered over the env's life (the throughput benchmark reads it)
         self.by_query = False
         """Set by ``DecisionEnvRunner``: finished queries go to ``take_queries`` instead of the
         ``step`` protocol's terminations."""
@@ -197,6 +198,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         for s in self.sims:
             if s.pending is not None and s.pending[0] in actions:
                 s.answer(int(actions[s.pending[0]]))
+                self.decisions += 1
         for s in self.sims:
             for res in s.take_results():
                 self._reward(s, res)
@@ -262,6 +264,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
             if aid not in action_dict:
                 raise ValueError(f"expected an action for {aid!r}")
             s.answer(int(action_dict[aid]))
+            self.decisions += 1
         return self._collect()
 
     # ------------------------------------------------------------------ plumbing

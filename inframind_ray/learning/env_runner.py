@@ -141,11 +141,8 @@ class DecisionEnvRunner(MultiAgentEnvRunner):
                 if (k, aid) in self._open}
         if not rows:
             return None
-        env = self.env.envs[0].unwrapped
-        ep = MultiAgentEpisode(
-            observation_space={a: env.get_observation_space(a) for a in rows},
-            action_space={a: env.get_action_space(a) for a in rows},
-            agent_to_module_mapping_fn=self.config.policy_mapping_fn)
+        # no spaces: RLlib's per-agent space bookkeeping would cost more than the rest here
+        ep = MultiAgentEpisode(agent_to_module_mapping_fn=self.config.policy_mapping_fn)
         ep.add_env_reset(observations={a: d["obs"] for a, (d, _, _) in rows.items()},
                          infos={a: {} for a in rows})
         ep.add_env_step(

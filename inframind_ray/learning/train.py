@@ -107,6 +107,16 @@ def load_train_config(path: str | Path) -> TrainConfig:
     return validated(TrainConfig, read_yaml(path, "config"), source=str(path))
 
 
+def start_ray() -> None:
+    """A local Ray of this process (never another user's running cluster), if none is up."""
+    import ray
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2),
+                 include_dashboard=False, log_to_driver=False, configure_logging=False)
+
+
 def build_algo(cfg: TrainConfig, env=None):
     """The RLlib PPO algorithm: two modules, the Lagrangian learner, local sampling. ``env`` (an
     env of the same config) only lends its spaces; one is built when not given."""
@@ -224,8 +234,6 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
     summary.json}; return the summary."""
     import warnings
 
-    import ray
-
     from inframind_ray.learning.env import TwinOrchestrationEnv
     from inframind_ray.learning.modules import EXECUTOR, PLANNER
     from inframind_ray.learning.warmstart import collect, fit
@@ -240,10 +248,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     metrics_path = out / "metrics.jsonl"
     rllib_dir = out / "rllib"
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2),  # never another's
-                 include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_ray()
     env = TwinOrchestrationEnv(cfg.env.model_dump())
     info, strongest = env.info, env.info.strongest
     t0 = time.perf_counter()
