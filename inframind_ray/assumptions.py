@@ -195,3 +195,14 @@ METRICS_FRESH_IN_TWIN = True
 """In the twin, policies read engine metrics at the instant of the decision (age 0), unless
 ``inframind bench --metrics-period S`` serves snapshots refreshed every S seconds. The serving
 plane pushes snapshots every 250 ms and marks old ones stale."""
+
+# --- RL training: per-episode load factors -----------------------------------------------------
+LOAD_CAPACITY_PROXY = "decode-bound single-call throughput"
+"""A training episode drawn as a load factor (``EnvConfig.load_range``) needs its pool's capacity
+at every reset, far too often for the bench's measured capacity (a bisection of twin runs). The
+env uses a proxy instead: the queries per minute the pool would finish if every query were one
+step-by-step call of the mixed workload's mean length, spread over every replica at full batch
+(``max_num_seqs`` sequences, each decode iteration at that batch size, prefill and KV growth
+ignored). It overstates what a pool sustains (multi-call topologies, prefill, KV pressure), so
+load factors of the training distribution are relative, not the bench's load factors; what it
+gives is the same *shape* of draw on a pool with 2 slots or 1024 (learning/pools_draw.py)."""

@@ -134,3 +134,64 @@ def test_decision_runner_episodes_per_query():
             algo.stop()
     finally:
         ray.shutdown()
+
+
+def test_per_episode_pools_and_load_factors(tmp_path, monkeypatch):
+    """With a pool list each sub-simulation runs on a pool drawn from it (the same model
+    count: the features are still positional), a load range scales each episode's rate by its
+    pool's capacity proxy, and a pool that does not fit the spaces fails in one line."""
+    import yaml
+
+    from inframind_ray.config import POOLS_DIR
+    from inframind_ray.errors import ConfigError
+    from inframind_ray.learning.pools_draw import capacity_rpm
+
+    base = yaml.safe_load((POOLS_DIR / "default.yaml").read_text())
+    wide = {**base, "name": "wide", "models": [{**m, "max_num_seqs": 4 * m["max_num_seqs"]}
+                                               for m in base["models"]]}
+    (tmp_path / "wide.yaml").write_text(yaml.safe_dump(wide))
+    cfg = {"queries_per_episode": 5, "num_sims": 8, "load_range": [0.5, 0.5],
+           "pools": ["default", str(tmp_path / "wide.yaml")]}
+    env = TwinOrchestrationEnv(cfg)
+    try:
+        env.reset(seed=1)
+        names = [s.pool.config.name for s in env.sims]
+        assert set(names) == {"default", "wide"}
+        mix = {"mmlu_pro": 1.0}
+        for s, stats in zip(env.sims, env.episode_stats, strict=True):
+            assert stats["pool"] == s.pool.config.name
+            assert stats["rate_per_min"] == pytest.approx(0.5 * capacity_rpm(s.pool.info, mix))
+        caps = {s.pool.config.name: capacity_rpm(s.pool.info, mix) for s in env.sims}
+        assert caps["wide"] > 2 * caps["default"]  # 4x the slots, slower iterations
+        while env.pending:  # every sub-simulation runs its episode to the end on its pool
+            env.step({a: _first(env, a) for a in env.pending})
+        assert all(s.done for s in env.sims)
+    finally:
+        env.close()
+    # pools: sampled draws through pools.sampler.sample_pool(rng) (a stand-in sampler here that
+    # draws between the two fitting pools, as long as the features are positional)
+    import sys
+    import types
+
+    from inframind_ray.config import load_pool
+
+    fake = types.ModuleType("inframind_ray.pools.sampler")
+    fake.sample_pool = lambda rng: load_pool(["default", str(tmp_path / "wide.yaml")][
+        int(rng.integers(2))])
+    monkeypatch.setitem(sys.modules, "inframind_ray.pools.sampler", fake)
+    env = TwinOrchestrationEnv({**cfg, "pools": "sampled"})
+    try:
+        env.reset(seed=2)
+        assert {s.pool.config.name for s in env.sims} == {"default", "wide"}
+    finally:
+        env.close()
+    small = {**base, "name": "small", "models": base["models"][:3]}
+    (tmp_path / "small.yaml").write_text(yaml.safe_dump(small))
+    with pytest.raises(ConfigError, match="small.*does not fit"):
+        TwinOrchestrationEnv({**cfg, "pools": ["default", str(tmp_path / "small.yaml")]})
+
+
+def _first(env: TwinOrchestrationEnv, aid: str) -> int:
+    """The first valid action of a pending decision."""
+    sim = next(s for s in env.sims if s.pending is not None and s.pending[0] == aid)
+    return int(np.flatnonzero(sim.pending[1]["mask"] > 0)[0])

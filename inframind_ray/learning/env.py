@@ -22,6 +22,7 @@ the pool starts with a history of past latencies (``history_fraction``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -33,6 +34,7 @@ from inframind_ray.config import load_pool
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import build_graph
 from inframind_ray.core.types import PoolInfo
+from inframind_ray.learning.pools_draw import PoolSource, capacity_rpm
 from inframind_ray.learning.subsim import Episode, SimPool, SubSim, start_pool
 from inframind_ray.orchestration.runner import AgentResult, QueryResult
 from inframind_ray.policy.features import FeatureBuilder
@@ -53,6 +55,13 @@ class EnvConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     pool: str = "default"
+    pools: list[str] | Literal["sampled"] | None = None
+    """Per episode (per sub-simulation) pool: None = ``pool``; a list of pool names or files,
+    drawn uniformly; ``sampled``: ``pools.sampler.sample_pool`` (learning/pools_draw.py). Every
+    pool must give the same observation shapes as ``pool``."""
+    load_range: tuple[float, float] | None = None
+    """Offered load per episode as a factor of the episode pool's capacity proxy (log-uniform;
+    assumption ``LOAD_CAPACITY_PROXY``), instead of ``rate_range``."""
     num_sims: int = Field(1, ge=1, le=256)
     """Independent sub-simulations per env (each its own episode, drawn independently); every
     ``step`` answers one pending decision of each."""
@@ -163,6 +172,8 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         plan_act, exec_act = gym.spaces.Discrete(f.n_plan), gym.spaces.Discrete(f.n_exec)
         self.action_spaces = {a: plan_act if a.startswith("plan") else exec_act
                               for a in self.possible_agents}
+        self.pool_source = PoolSource(self.sim_pool, self.cfg.pools, self.cfg.token_budget,
+                                      self._misfit)
         self.sims: list[SubSim] = []
         self._last_obs: dict[str, dict] = {}
         self._finished: dict[str, tuple[float, dict]] = {}  # rewarded, not yet emitted
@@ -215,9 +226,23 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         return all(s.done for s in self.sims)
 
     # ------------------------------------------------------------------ episode
-    def sample_episode(self, rng: np.random.Generator) -> Episode:
-        """Random rate, arrivals, budgets, metric age and pool history."""
-        lo, hi = self.cfg.rate_range
+    def _misfit(self, pool: SimPool) -> str | None:
+        """Why ``pool``'s observations do not fit this env's spaces (None if they do)."""
+        f, g = self.features, pool.features
+        dims = ("z_dim", "sem_dim", "res_dim", "n_plan", "n_exec")
+        bad = [f"{d} {getattr(g, d)} != {getattr(f, d)}" for d in dims
+               if getattr(g, d) != getattr(f, d)]
+        return ", ".join(bad) or None
+
+    def sample_episode(self, rng: np.random.Generator, pool: SimPool | None = None) -> Episode:
+        """Random rate (or load factor of ``pool``'s capacity), arrivals, budgets, metric age
+        and pool history."""
+        if self.cfg.load_range is not None:
+            lo, hi = self.cfg.load_range
+            cap = capacity_rpm((pool or self.sim_pool).info, parse_mix(self.cfg.tasks))
+            lo, hi = lo * cap, hi * cap
+        else:
+            lo, hi = self.cfg.rate_range
         rate = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
         arrivals = "trace:azure_conv" if rng.random() < self.cfg.trace_fraction else "poisson"
         budget = self.cfg.budget_ranges[int(rng.integers(len(self.cfg.budget_ranges)))]
@@ -242,13 +267,15 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         self._resets += 1
         self.sims, self.episode_stats = [], []
         for i in range(self.cfg.num_sims):
-            ep = self.sample_episode(self._episode_rng(i))
+            rng = self._episode_rng(i)
+            pool = self.pool_source.draw(rng)
+            ep = self.sample_episode(rng, pool)
             spec = ep.workload
-            self.episode_stats.append({
+            self.episode_stats.append({"pool": pool.config.name,
                 "rate_per_min": spec.rate_per_min, "arrivals": spec.arrivals,
                 "budget_range_s": spec.budget_range_s, "metrics_period_s": ep.metrics_period_s,
                 "history": ep.history_seed is not None, "goodput": 0.0, "queries_done": 0})
-            self.sims.append(SubSim(i, self.sim_pool, ep, self.cfg.token_budget))
+            self.sims.append(SubSim(i, pool, ep, self.cfg.token_budget))
         self._live, self._last_obs, self._finished, self._queries = {}, {}, {}, []
         for s in self.sims:
             s.advance()
