@@ -74,9 +74,10 @@ def train_speed(
     config: Annotated[Path, typer.Option("-c", "--config", help="training YAML "
                                          "(see rllib_configs/)")],
     variants: Annotated[str, typer.Option(
-        help="comma-separated SAMPLER:SIMS, each measured in turn; SAMPLER 'rllib' (RLlib's "
-             "MultiAgentEnvRunner) or 'decisions' (DecisionEnvRunner), SIMS sub-simulations "
-             "per env")] = "rllib:1,decisions:1,decisions:16",
+        help="comma-separated SAMPLER:SIMS[:RUNNERS], each measured in turn; SAMPLER "
+             "'rllib' (RLlib's MultiAgentEnvRunner) or 'decisions' (DecisionEnvRunner), SIMS "
+             "sub-simulations per env, RUNNERS remote env runners (default 0: sampling in "
+             "this process)")] = "rllib:1,decisions:1,decisions:16",
     decisions: Annotated[int, typer.Option(min=1, help="decisions of the raw and sampling "
                                            "phases")] = 2000,
     iterations: Annotated[int, typer.Option(min=0, help="PPO iterations per variant (the "
@@ -108,13 +109,15 @@ def train_speed(
     for name in ("ray.rllib", "ray.tune", "ray._private.worker"):
         logging.getLogger(name).setLevel(logging.ERROR)
     start_ray()
-    table = Table("sampler", "sims", "phase", "decisions", "wall s", "cpu s", "dec/s",
+    table = Table("sampler", "sims", "runners", "phase", "decisions", "wall s", "cpu s", "dec/s",
                   "dec/cpu-s", "load (1 min)")
     with Progress(console=console) as bar:
-        task = bar.add_task("measuring", total=len(vs) * (2 + iterations))
+        task = bar.add_task("measuring", total=sum((1 if v.runners else 2) + iterations
+                                                   for v in vs))
 
         def show(row) -> None:
-            table.add_row(row.sampler, str(row.num_sims), row.phase, str(row.decisions),
+            table.add_row(row.sampler, str(row.num_sims), str(row.runners), row.phase,
+                          str(row.decisions),
                           f"{row.wall_s:.1f}", f"{row.cpu_s:.1f}", f"{row.per_s:.0f}",
                           f"{row.per_cpu_s:.0f}", f"{row.load_before:.1f} -> {row.load_after:.1f}")
             bar.advance(task)

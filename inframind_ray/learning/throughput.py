@@ -9,9 +9,10 @@ the same config, seed and machine, one after the other:
 - ``ppo``: whole ``algo.train()`` iterations (sampling and learning), decisions counted as in
   ``metrics.jsonl``'s ``decisions_per_s``.
 
-Every row has wall time and this process's CPU time (user + system; RLlib runs sampling and
-learning in the driver with ``num_env_runners: 0``), so a number measured on a shared machine
-can be read against its load (the 1-minute load average, sampled before and after each row).
+Every row has wall time and CPU time (user + system of this process, where RLlib samples and
+learns with ``num_env_runners: 0``, plus the remote env runners' processes otherwise; with
+remote runners the sampling phase is skipped), so a number measured on a shared machine can be
+read against its load (the 1-minute load average, sampled before and after each row).
 """
 
 from __future__ import annotations
@@ -32,19 +33,22 @@ PHASES = ("raw", "sampling", "ppo")
 
 @dataclass(frozen=True)
 class Variant:
-    """How decisions are sampled: RLlib's runner or ``DecisionEnvRunner``; sub-simulations."""
+    """How decisions are sampled: RLlib's runner or ``DecisionEnvRunner``; sub-simulations per
+    env; remote env runners (0: sampling in this process)."""
 
     sampler: str
     num_sims: int
+    runners: int = 0
 
     @classmethod
     def parse(cls, text: str) -> Variant:
-        """``SAMPLER:SIMS``, e.g. ``decisions:16``."""
-        sampler, _, sims = text.partition(":")
-        if sampler not in ("rllib", "decisions") or not sims.isdigit() or int(sims) < 1:
-            raise ConfigError("variants", f"{text!r} is not SAMPLER:SIMS (sampler rllib or "
-                              "decisions, sims >= 1)")
-        return cls(sampler, int(sims))
+        """``SAMPLER:SIMS[:RUNNERS]``, e.g. ``decisions:16`` or ``decisions:16:2``."""
+        parts = text.split(":")
+        if (len(parts) not in (2, 3) or parts[0] not in ("rllib", "decisions")
+                or not all(p.isdigit() for p in parts[1:]) or int(parts[1]) < 1):
+            raise ConfigError("variants", f"{text!r} is not SAMPLER:SIMS[:RUNNERS] (sampler "
+                              "rllib or decisions, sims >= 1, runners >= 0)")
+        return cls(parts[0], int(parts[1]), int(parts[2]) if len(parts) == 3 else 0)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class SpeedRow:
 
     sampler: str
     num_sims: int
+    runners: int
     phase: str
     decisions: int
     wall_s: float
@@ -76,16 +81,22 @@ class SpeedRow:
                                "decisions_per_cpu_s": round(self.per_cpu_s, 1)}
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+def _cpu(group=None) -> float:
+    """CPU seconds of this process, plus those of ``group``'s remote env runners if given."""
+    def own(*_) -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    remote = sum(group.foreach_env_runner(own, local_env_runner=False)) if group else 0.0
+    return own() + remote
 
 
-def _timed(v: Variant, phase: str, run: Callable[[], int]) -> SpeedRow:
-    load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), _cpu()
+def _timed(v: Variant, phase: str, run: Callable[[], int], group=None) -> SpeedRow:
+    load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), _cpu(group)
     n = run()
-    return SpeedRow(v.sampler, v.num_sims, phase, n, round(time.perf_counter() - wall0, 2),
-                    round(_cpu() - cpu0, 2), load0, os.getloadavg()[0])
+    return SpeedRow(v.sampler, v.num_sims, v.runners, phase, n,
+                    round(time.perf_counter() - wall0, 2), round(_cpu(group) - cpu0, 2), load0,
+                    os.getloadavg()[0])
 
 
 def raw_decisions(env, decisions: int, seed: int) -> int:
@@ -120,25 +131,30 @@ def measure(cfg: TrainConfig, variants: list[Variant], decisions: int, iteration
 
     for v in variants:
         c = cfg.model_copy(deep=True)
-        c.env.num_sims, c.ppo.sampler = v.num_sims, v.sampler
+        c.env.num_sims, c.ppo.sampler, c.ppo.num_env_runners = (v.num_sims, v.sampler,
+                                                                  v.runners)
         env = TwinOrchestrationEnv(c.env.model_dump())  # built untimed, as RLlib's are
         keep(_timed(v, "raw", lambda env=env, c=c: raw_decisions(env, decisions, c.seed)))
         algo = build_algo(c)
         try:
-            runner = algo.env_runner_group.local_env_runner
-            keep(_timed(v, "sampling", lambda r=runner: _answered(
-                r, lambda: r.sample(num_timesteps=decisions, explore=True))))
+            group = algo.env_runner_group
+            if c.ppo.num_env_runners == 0:  # RLlib's own sample call, in this process
+                runner = group.local_env_runner
+                keep(_timed(v, "sampling", lambda g=group, r=runner: _answered(
+                    g, lambda: r.sample(num_timesteps=decisions, explore=True))))
             for _ in range(iterations):
-                keep(_timed(v, "ppo", lambda r=runner, a=algo: _answered(r, a.train)))
+                keep(_timed(v, "ppo", lambda g=group, a=algo: _answered(g, a.train),
+                            group if v.runners else None))
         finally:
             algo.stop()
     return rows
 
 
-def _answered(runner, run: Callable[[], object]) -> int:
-    """Decisions the runner's envs answered during ``run()``."""
+def _answered(group, run: Callable[[], object]) -> int:
+    """Decisions the envs of every env runner answered during ``run()``."""
     def count() -> int:
-        return sum(e.unwrapped.decisions for e in runner.env.envs)
+        return sum(group.foreach_env_runner(
+            lambda r: sum(e.unwrapped.decisions for e in r.env.envs) if r.env else 0))
 
     before = count()
     run()
