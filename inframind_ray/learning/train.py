@@ -148,8 +148,8 @@ def build_algo(cfg: TrainConfig, env=None):
         .env_runners(num_env_runners=p.num_env_runners,
                      num_envs_per_env_runner=p.num_envs_per_env_runner,
                      batch_mode="complete_episodes", rollout_fragment_length="auto",
-                     **({"env_runner_cls": DecisionEnvRunner} if p.sampler == "decisions"
-                        else {}))
+                     **({"env_runner_cls": DecisionEnvRunner, "episodes_to_numpy": False}
+                        if p.sampler == "decisions" else {}))
         .training(
             lr=p.lr, train_batch_size_per_learner=p.train_batch_size,
             minibatch_size=p.minibatch_size, num_epochs=p.num_epochs,
