@@ -136,59 +136,54 @@ def test_decision_runner_episodes_per_query():
         ray.shutdown()
 
 
-def test_per_episode_pools_and_load_factors(tmp_path, monkeypatch):
-    """With a pool list each sub-simulation runs on a pool drawn from it (the same model
-    count: the features are still positional), a load range scales each episode's rate by its
-    pool's capacity proxy, and a pool that does not fit the spaces fails in one line."""
+def test_per_episode_pools_and_load_factors(tmp_path):
+    """With a pool list each sub-simulation runs on a pool drawn from it (any model count: the
+    per-model rows fit every pool of at most 8 models), a load range scales each episode's rate
+    by its pool's capacity proxy, ``sampled`` draws through the real random-pool sampler (never
+    a held-out model set), and a pool of 9 models fails in one line."""
     import yaml
 
     from inframind_ray.config import POOLS_DIR
     from inframind_ray.errors import ConfigError
     from inframind_ray.learning.pools_draw import capacity_rpm
+    from inframind_ray.pools.sampler import is_heldout
 
-    base = yaml.safe_load((POOLS_DIR / "default.yaml").read_text())
+    base = yaml.safe_load((POOLS_DIR / "constrained.yaml").read_text())
     wide = {**base, "name": "wide", "models": [{**m, "max_num_seqs": 4 * m["max_num_seqs"]}
-                                               for m in base["models"]]}
+                                               for m in base["models"][:3]]}
     (tmp_path / "wide.yaml").write_text(yaml.safe_dump(wide))
-    cfg = {"queries_per_episode": 5, "num_sims": 8, "load_range": [0.5, 0.5],
-           "pools": ["default", str(tmp_path / "wide.yaml")]}
+    cfg = {"pool": "constrained", "queries_per_episode": 5, "num_sims": 8,
+           "load_range": [0.5, 0.5], "pools": ["constrained", str(tmp_path / "wide.yaml")]}
     env = TwinOrchestrationEnv(cfg)
     try:
         env.reset(seed=1)
         names = [s.pool.config.name for s in env.sims]
-        assert set(names) == {"default", "wide"}
+        assert set(names) == {"constrained", "wide"}
         mix = {"mmlu_pro": 1.0}
         for s, stats in zip(env.sims, env.episode_stats, strict=True):
             assert stats["pool"] == s.pool.config.name
             assert stats["rate_per_min"] == pytest.approx(0.5 * capacity_rpm(s.pool.info, mix))
-        caps = {s.pool.config.name: capacity_rpm(s.pool.info, mix) for s in env.sims}
-        assert caps["wide"] > 2 * caps["default"]  # 4x the slots, slower iterations
         while env.pending:  # every sub-simulation runs its episode to the end on its pool
             env.step({a: _first(env, a) for a in env.pending})
         assert all(s.done for s in env.sims)
     finally:
         env.close()
-    # pools: sampled draws through pools.sampler.sample_pool(rng) (a stand-in sampler here that
-    # draws between the two fitting pools, as long as the features are positional)
-    import sys
-    import types
-
-    from inframind_ray.config import load_pool
-
-    fake = types.ModuleType("inframind_ray.pools.sampler")
-    fake.sample_pool = lambda rng: load_pool(["default", str(tmp_path / "wide.yaml")][
-        int(rng.integers(2))])
-    monkeypatch.setitem(sys.modules, "inframind_ray.pools.sampler", fake)
     env = TwinOrchestrationEnv({**cfg, "pools": "sampled"})
     try:
         env.reset(seed=2)
-        assert {s.pool.config.name for s in env.sims} == {"default", "wide"}
+        drawn = [s.pool.config for s in env.sims]
+        assert len({tuple(m.name for m in p.models) for p in drawn}) > 1
+        assert not any(is_heldout(p) for p in drawn)
+        while env.pending:
+            env.step({a: _first(env, a) for a in env.pending})
+        assert all(s.done for s in env.sims)
     finally:
         env.close()
-    small = {**base, "name": "small", "models": base["models"][:3]}
-    (tmp_path / "small.yaml").write_text(yaml.safe_dump(small))
-    with pytest.raises(ConfigError, match="small.*does not fit"):
-        TwinOrchestrationEnv({**cfg, "pools": ["default", str(tmp_path / "small.yaml")]})
+    big = {**base, "name": "nine", "models": [
+        {**base["models"][i % 5], "name": f"m{i}"} for i in range(9)]}
+    (tmp_path / "nine.yaml").write_text(yaml.safe_dump(big))
+    with pytest.raises(ConfigError, match="1 to 8 models"):
+        TwinOrchestrationEnv({**cfg, "pools": ["constrained", str(tmp_path / "nine.yaml")]})
 
 
 def _first(env: TwinOrchestrationEnv, aid: str) -> int:
