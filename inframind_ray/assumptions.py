@@ -211,3 +211,14 @@ plane pushes snapshots every 250 ms and marks old ones stale."""
 # are read by ``core.request_queue``, which imports nothing above ``core``: they live, with their
 # reasons and ``INFRAMIND_*`` overrides, in ``core.constants`` (LAS_FIRST_S, LAS_RATIO,
 # LAS_LEVELS, STARVATION_RATIO); docs/scheduling.md lists them.
+
+# --- RL training: per-episode load factors -----------------------------------------------------
+LOAD_CAPACITY_PROXY = "decode-bound single-call throughput"
+"""A training episode drawn as a load factor (``EnvConfig.load_range``) needs its pool's capacity
+at every reset, far too often for the bench's measured capacity (a bisection of twin runs). The
+env uses a proxy instead: the queries per minute the pool would finish if every query were one
+step-by-step call of the mixed workload's mean length, spread over every replica at full batch
+(``max_num_seqs`` sequences, each decode iteration at that batch size, prefill and KV growth
+ignored). It overstates what a pool sustains (multi-call topologies, prefill, KV pressure), so
+load factors of the training distribution are relative, not the bench's load factors; what it
+gives is the same *shape* of draw on a pool with 2 slots or 1024 (learning/pools_draw.py)."""

@@ -45,8 +45,8 @@ def hot_algo(ray_local):
 
 
 def test_policy_mapping_by_agent_prefix():
-    assert module_of("plan/3") == PLANNER
-    assert module_of("step/3/agg") == EXECUTOR
+    assert module_of("plan/0/3") == PLANNER
+    assert module_of("step/0/3/2") == EXECUTOR
 
 
 def test_modules_shapes_and_masks(hot_algo):
@@ -55,7 +55,7 @@ def test_modules_shapes_and_masks(hot_algo):
     obs, _ = env.reset(seed=1)
     seen = {PLANNER: 0, EXECUTOR: 0}
     for _ in range(40):
-        aid = env._pending
+        aid = env.pending[0]
         mid = module_of(aid)
         module = hot_algo.get_module(mid)
         o = {k: torch.as_tensor(v).unsqueeze(0).repeat(64, 1) for k, v in obs[aid].items()}
@@ -68,7 +68,7 @@ def test_modules_shapes_and_masks(hot_algo):
         assert module.compute_values({Columns.OBS: o}).shape == (64,)
         seen[mid] += 1
         obs, *_ = env.step({aid: int(acts[0])})
-        if env._pending is None:
+        if not env.pending:
             break
     env.close()
     assert seen[PLANNER] and seen[EXECUTOR]

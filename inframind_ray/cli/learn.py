@@ -68,3 +68,64 @@ def train(
     if summary["collapse"]:
         console.print(f"[yellow]collapse guard: {summary['collapse']}[/yellow]")
     console.print(f"wrote {out}/policy, {out}/metrics.jsonl, {out}/summary.json")
+
+
+def train_speed(
+    config: Annotated[Path, typer.Option("-c", "--config", help="training YAML "
+                                         "(see rllib_configs/)")],
+    variants: Annotated[str, typer.Option(
+        help="comma-separated SAMPLER:SIMS[:RUNNERS], each measured in turn; SAMPLER "
+             "'rllib' (RLlib's MultiAgentEnvRunner) or 'decisions' (DecisionEnvRunner), SIMS "
+             "sub-simulations per env, RUNNERS remote env runners (default 0: sampling in "
+             "this process)")] = "rllib:1,decisions:1,decisions:16",
+    decisions: Annotated[int, typer.Option(min=1, help="decisions of the raw and sampling "
+                                           "phases")] = 2000,
+    iterations: Annotated[int, typer.Option(min=0, help="PPO iterations per variant (the "
+                                            "config's train_batch_size each)")] = 2,
+    out: Annotated[Path | None, typer.Option(help="also write the rows as JSON here")] = None,
+) -> None:
+    """Measure training throughput in environment decisions per second.
+
+    Per variant, on the config's env and modules: the env alone with a uniform valid policy
+    (raw), RLlib sampling with the real modules (sampling), and whole PPO iterations (ppo:
+    sampling and learning). Prints wall-clock and CPU-time rates and the 1-minute load average,
+    since a shared machine's load moves the wall-clock numbers.
+    """
+    import json
+    import logging
+    import warnings
+
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from inframind_ray.learning.throughput import PHASES, Variant, measure
+    from inframind_ray.learning.train import load_train_config, start_ray
+
+    cfg = load_train_config(config)
+    vs = [Variant.parse(v.strip()) for v in variants.split(",") if v.strip()]
+    if not vs:
+        raise ConfigError("variants", "no variant given")
+    warnings.filterwarnings("ignore")
+    for name in ("ray.rllib", "ray.tune", "ray._private.worker"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    start_ray()
+    table = Table("sampler", "sims", "runners", "phase", "decisions", "wall s", "cpu s", "dec/s",
+                  "dec/cpu-s", "load (1 min)")
+    with Progress(console=console) as bar:
+        task = bar.add_task("measuring", total=sum((1 if v.runners else 2) + iterations
+                                                   for v in vs))
+
+        def show(row) -> None:
+            table.add_row(row.sampler, str(row.num_sims), str(row.runners), row.phase,
+                          str(row.decisions),
+                          f"{row.wall_s:.1f}", f"{row.cpu_s:.1f}", f"{row.per_s:.0f}",
+                          f"{row.per_cpu_s:.0f}", f"{row.load_before:.1f} -> {row.load_after:.1f}")
+            bar.advance(task)
+
+        rows = measure(cfg, vs, decisions, iterations, on_row=show)
+    console.print(table)
+    assert all(r.phase in PHASES for r in rows)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps([r.as_dict() for r in rows], indent=2))
+        console.print(f"wrote {out}")

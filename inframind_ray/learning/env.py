@@ -1,10 +1,12 @@
 """An RLlib ``MultiAgentEnv`` over the twin, with many queries in flight at once.
 
-Every decision is an agent that acts exactly once: ``plan/<n>`` (the planner of query n) and
-``step/<n>/<node>`` (the executor at one node of its DAG). Agents are terminated, with their own
-reward, when their query ends. The simulation runs in a worker thread on the virtual clock; a
-bridge policy posts each decision's observation and blocks until ``step`` brings the action, so
-simulated time stands still while the learner thinks and each ``step`` answers one decision.
+Every decision is an agent that acts exactly once: ``plan/<s>/<n>`` (the planner of query n of
+sub-simulation s) and ``step/<s>/<n>/<node>`` (the executor at one node of its DAG). Agents are
+terminated, with their own reward, when their query ends. An env runs ``num_sims`` independent
+episodes side by side (``SubSim``, learning/subsim.py), each on its own simulated loop driven in
+the env's own thread: a loop runs until its next decision is pending and simulated time stands
+still while the learner thinks. Every ``step`` answers the pending decision of every
+sub-simulation at once (one batched forward pass in RLlib) and the env ends when all of them have.
 
 Reward (quality first, LAMaS credit): ``quality - lam * cost * w`` where quality is 1 for a correct
 answer within budget, cost is the lateness ``min(1, max(0, latency / budget - 1))`` (1 when the
@@ -19,10 +21,8 @@ the pool starts with a history of past latencies (``history_fraction``).
 
 from __future__ import annotations
 
-import asyncio
-import queue
-import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -32,19 +32,19 @@ from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from inframind_ray import assumptions as A
 from inframind_ray.config import PoolConfig, load_pool
 from inframind_ray.core.strategy import Strategy
-from inframind_ray.core.topology import Plan, build_graph
-from inframind_ray.core.types import PoolInfo, QueryInfo, StepContext, StepDecision, SystemState
-from inframind_ray.orchestration.runner import AgentResult, QueryResult, run_query
-from inframind_ray.policy.base import Policy
-from inframind_ray.policy.features import EXECUTOR_OBS, PLANNER_OBS, FeatureBuilder, plan_of
+from inframind_ray.core.topology import build_graph
+from inframind_ray.core.types import PoolInfo
+from inframind_ray.learning.pools_draw import PoolSource, capacity_rpm
+from inframind_ray.learning.subsim import Episode, SimPool, SubSim, start_pool
+from inframind_ray.orchestration.runner import AgentResult, QueryResult
+from inframind_ray.policy.features import EXECUTOR_OBS, MAX_MODELS, PLANNER_OBS, FeatureBuilder
 from inframind_ray.policy.latency import free_slots
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.tasks.registry import parse_mix
-from inframind_ray.tasks.workload import WorkloadSpec, make_queries
-from inframind_ray.twin.backend import TwinBackend
+from inframind_ray.tasks.workload import WorkloadSpec
 from inframind_ray.twin.outcome import OutcomeModel
-from inframind_ray.twin.pool import ModelReplicas, TwinLoadView, build_engines, pool_history
-from inframind_ray.twin.simloop import run_simulated
+
+__all__ = ["EnvConfig", "Episode", "RewardTerms", "TwinOrchestrationEnv", "start_pool"]
 
 MAX_NODES = 9  # Debate(K=4, 2 rounds) + aggregator
 TOLL_CAP = 0.5  # a call's toll never exceeds this: a correct answer still outranks a wrong one
@@ -55,6 +55,16 @@ class EnvConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     pool: str = "default"
+    pools: list[str] | Literal["sampled"] | None = None
+    """Per episode (per sub-simulation) pool: None = ``pool``; a list of pool names or files,
+    drawn uniformly; ``sampled``: ``pools.sampler.sample_pool`` (learning/pools_draw.py). Every
+    pool must give the same observation shapes as ``pool``."""
+    load_range: tuple[float, float] | None = None
+    """Offered load per episode as a factor of the episode pool's capacity proxy (log-uniform;
+    assumption ``LOAD_CAPACITY_PROXY``), instead of ``rate_range``."""
+    num_sims: int = Field(1, ge=1, le=256)
+    """Independent sub-simulations per env (each its own episode, drawn independently); every
+    ``step`` answers one pending decision of each."""
     queries_per_episode: int = Field(40, ge=1, le=2000)
     rate_range: tuple[float, float] = (10.0, 300.0)
     trace_fraction: float = Field(0.2, ge=0, le=1)
@@ -124,107 +134,114 @@ class RewardTerms:
         """A node's toll; the planner's (node None) is the sum over its query's calls."""
         return sum(self.toll.values()) if node is None else self.toll.get(node, 0.0)
 
+    def infos(self, node: int | None) -> dict[str, float]:
+        """A decision's terminal infos (what ``LagrangianReward`` rewrites the reward from)."""
+        return {"quality": self.quality, "cost": self.cost, "weight": self.weight_of(node),
+                "baseline": self.baseline, "toll": self.toll_of(node)}
+
     def reward(self, node: int | None, lam: float) -> float:
         """The reward of the planner (node None) or of one executor node."""
         return (self.quality - self.baseline - lam * self.cost * self.weight_of(node)
                 - self.toll_of(node))
 
 
-@dataclass(frozen=True)
-class Episode:
-    """What one episode randomises: the workload, the metric age and the pool's history."""
-
-    workload: WorkloadSpec
-    metrics_period_s: float = 0.0
-    history_seed: int | None = None  # None: a fresh pool
-
-
-def start_pool(pool: PoolConfig, info: PoolInfo, ep: Episode
-               ) -> tuple[dict[str, ModelReplicas], TwinLoadView]:
-    """The engines of one episode and the load view its policy reads (inside a running loop)."""
-    engines = build_engines(pool)
-    if ep.history_seed is not None:
-        pool_history(engines, info, ep.history_seed, share=0.75)
-    return engines, TwinLoadView(engines, ep.metrics_period_s)
-
-
-def _first_valid(mask: np.ndarray) -> int:
-    return int(np.flatnonzero(mask > 0)[0])
-
-
-class _Bridge(Policy):
-    """Posts each decision to the env thread and waits for the action."""
-
-    name = "rl-bridge"
-
-    def __init__(self, env: TwinOrchestrationEnv) -> None:
-        super().__init__(env.info)
-        self.env = env
-        self.token_budget = env.cfg.token_budget
-
-    def _ask(self, aid: str, obs: dict) -> int:
-        if self.env._draining:
-            return _first_valid(obs["mask"])
-        self.env._events.put(("ask", aid, obs))
-        return self.env._actions.get()
-
-    @staticmethod
-    def _n(q: QueryInfo) -> int:
-        return int(q.query_id[1:6])
-
-    def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
-        obs = self.env.features.planner(query, state)
-        return plan_of(self._ask(f"plan/{self._n(query)}", obs))
-
-    def _decide(self, ctx: StepContext) -> StepDecision:
-        obs = self.env.features.executor(ctx)
-        model, strategy = self.env.features.decision(
-            self._ask(f"step/{self._n(ctx.query)}/{ctx.node.id}", obs))
-        return StepDecision(model, strategy)
-
-
 class TwinOrchestrationEnv(MultiAgentEnv):
     """See the module docstring."""
 
     def __init__(self, config: dict | None = None, pool: PoolConfig | None = None) -> None:
+        self._live: dict[str, None] = {}  # agents that acted and wait for their reward
         super().__init__()
         self.cfg = EnvConfig.model_validate(config or {})
         self.pool = pool or load_pool(self.cfg.pool)  # ``pool``: another pool than cfg.pool
         self.outcome = OutcomeModel.for_models(self.pool.models)
         self.info = build_pool_info(self.pool)
         self.features = f = FeatureBuilder(self.info, self.cfg.token_budget)
+        self.sim_pool = SimPool(self.pool, self.info, self.outcome, f)
         n = self.cfg.queries_per_episode
         box = lambda d: gym.spaces.Box(-np.inf, np.inf, (d,), np.float32)  # noqa: E731
         mask = lambda d: gym.spaces.Box(0.0, 1.0, (d,), np.float32)  # noqa: E731
         masks = ("mask", "row_mask")  # fixed shapes (MAX_MODELS rows) whatever the pool
-        plan_space = gym.spaces.Dict({k: (mask if k in masks else box)(d)
-                                      for k, d in PLANNER_OBS.items()})
-        exec_space = gym.spaces.Dict({k: (mask if k in masks else box)(d)
-                                      for k, d in EXECUTOR_OBS.items()})
-        self.possible_agents = [f"plan/{i}" for i in range(n)] + [
-            f"step/{i}/{j}" for i in range(n) for j in range(MAX_NODES)]
-        self.observation_spaces = {a: plan_space if a.startswith("plan") else exec_space
+        self.plan_space = gym.spaces.Dict({k: (mask if k in masks else box)(d)
+                                           for k, d in PLANNER_OBS.items()})
+        self.exec_space = gym.spaces.Dict({k: (mask if k in masks else box)(d)
+                                           for k, d in EXECUTOR_OBS.items()})
+        self.possible_agents = [
+            a for s in range(self.cfg.num_sims) for i in range(n)
+            for a in (f"plan/{s}/{i}", *(f"step/{s}/{i}/{j}" for j in range(MAX_NODES)))]
+        self.observation_spaces = {a: self.plan_space if a.startswith("plan") else self.exec_space
                                    for a in self.possible_agents}
-        self.action_spaces = {a: gym.spaces.Discrete(f.n_plan if a.startswith("plan")
-                                                     else f.n_exec)
+        plan_act, exec_act = gym.spaces.Discrete(f.n_plan), gym.spaces.Discrete(f.n_exec)
+        self.action_spaces = {a: plan_act if a.startswith("plan") else exec_act
                               for a in self.possible_agents}
-        self.agents = []
-        self._thread: threading.Thread | None = None
-        self._events: queue.Queue = queue.Queue()
-        self._actions: queue.Queue = queue.Queue()
-        self._draining = False
-        self._pending: str | None = None
+        self.pool_source = PoolSource(self.sim_pool, self.cfg.pools, self.cfg.token_budget,
+                                      self._misfit)
+        self.sims: list[SubSim] = []
         self._last_obs: dict[str, dict] = {}
-        self._finished: dict[str, tuple[float, dict]] = {}
-        self._finished_order: list[str] = []
+        self._finished: dict[str, tuple[float, dict]] = {}  # rewarded, not yet emitted
         self._resets = 0
         self._seed_base: int | None = None
-        self.episode_stats: dict = {}
+        self.episode_stats: list[dict] = []
+        self.decisions = 0  # answered over the env's life (the throughput benchmark reads it)
+        self.by_query = False
+        """Set by ``DecisionEnvRunner``: finished queries go to ``take_queries`` instead of the
+        ``step`` protocol's terminations."""
+        self._queries: list[dict[str, tuple[float, dict]]] = []
+
+    @property
+    def agents(self) -> list[str]:
+        """Agents that have acted and are not terminated yet."""
+        return list(self._live)
+
+    @agents.setter
+    def agents(self, value: list[str]) -> None:
+        self._live = dict.fromkeys(value)
+
+    @property
+    def pending(self) -> list[str]:
+        """The decisions the env waits for (at most one per sub-simulation)."""
+        return [s.pending[0] for s in self.sims if s.pending is not None]
+
+    def pending_obs(self) -> list[tuple[str, dict]]:
+        """(agent id, observation) of every pending decision."""
+        return [s.pending for s in self.sims if s.pending is not None]
+
+    def answer(self, actions: dict[str, int]) -> None:
+        """Answer pending decisions (``by_query`` mode: no step results are built)."""
+        for s in self.sims:
+            if s.pending is not None and s.pending[0] in actions:
+                s.answer(int(actions[s.pending[0]]))
+                self.decisions += 1
+        for s in self.sims:
+            for res in s.take_results():
+                self._reward(s, res)
+
+    def take_queries(self) -> list[dict[str, tuple[float, dict]]]:
+        """(``by_query`` mode) per query finished since the last call, its decisions' (reward,
+        infos) by agent id."""
+        out, self._queries = self._queries, []
+        return out
+
+    @property
+    def done(self) -> bool:
+        """Every sub-simulation's episode has ended."""
+        return all(s.done for s in self.sims)
 
     # ------------------------------------------------------------------ episode
-    def sample_episode(self, rng: np.random.Generator) -> Episode:
-        """Random rate, arrivals, budgets, metric age and pool history."""
-        lo, hi = self.cfg.rate_range
+    def _misfit(self, pool: SimPool) -> str | None:
+        """Why ``pool``'s observations do not fit this env's spaces (None if they do): the
+        per-model-row features fit any pool of at most ``MAX_MODELS`` models."""
+        n = len(pool.info.models)
+        return None if n <= MAX_MODELS else f"{n} models, more than {MAX_MODELS}"
+
+    def sample_episode(self, rng: np.random.Generator, pool: SimPool | None = None) -> Episode:
+        """Random rate (or load factor of ``pool``'s capacity), arrivals, budgets, metric age
+        and pool history."""
+        if self.cfg.load_range is not None:
+            lo, hi = self.cfg.load_range
+            cap = capacity_rpm((pool or self.sim_pool).info, parse_mix(self.cfg.tasks))
+            lo, hi = lo * cap, hi * cap
+        else:
+            lo, hi = self.cfg.rate_range
         rate = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
         arrivals = "trace:azure_conv" if rng.random() < self.cfg.trace_fraction else "poisson"
         budget = self.cfg.budget_ranges[int(rng.integers(len(self.cfg.budget_ranges)))]
@@ -235,152 +252,118 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         history = int(rng.integers(2**31)) if rng.random() < self.cfg.history_fraction else None
         return Episode(spec, period, history)
 
-    def _simulate(self, ep: Episode) -> None:
-        queries = make_queries(ep.workload)
-        bridge = _Bridge(self)
-
-        async def main() -> None:
-            loop = asyncio.get_running_loop()
-            engines, state = start_pool(self.pool, self.info, ep)
-            backend = TwinBackend(engines, self.outcome)
-
-            async def one(q: QueryInfo) -> None:
-                res = await run_query(q, bridge, backend, state,
-                                      abort_on_deadline=self.pool.engine.on_deadline == "abort")
-                self._events.put(("done", res))
-
-            tasks = []
-            for q in queries:
-                await asyncio.sleep(max(0.0, q.arrival_s - loop.time()))
-                tasks.append(loop.create_task(one(replace(q, arrival_s=loop.time()))))
-            await asyncio.gather(*tasks)
-
-        try:
-            run_simulated(main())
-        except BaseException as e:  # surfaced by _collect: an episode never ends silently early
-            self._events.put(("end", e))
-        else:
-            self._events.put(("end", None))
-
-    def _stop_thread(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            self._draining = True
-            if self._pending is not None:
-                self._actions.put(_first_valid(self._last_obs[self._pending]["mask"]))
-            self._thread.join()
-        self._thread = None
-        self._draining = False
-        self._pending = None
-        self._events = queue.Queue()
-        self._actions = queue.Queue()
+    def _episode_rng(self, sim: int) -> np.random.Generator:
+        """Sub-simulation ``sim``'s draws at this reset (sub-simulation 0 as a one-sim env)."""
+        if self._seed_base is None:
+            return np.random.default_rng()
+        return np.random.default_rng([self._seed_base, self._resets] + ([sim] if sim else []))
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        """Start a new episode (random rate, arrivals and budgets)."""
-        self._stop_thread()
+        """Start a new episode in every sub-simulation (random rate, arrivals and budgets)."""
+        self.close()
         if seed is not None:  # RLlib may pass the same seed at every reset: vary by episode
             self._seed_base = seed
         self._resets += 1
-        rng = np.random.default_rng(None if self._seed_base is None
-                                    else [self._seed_base, self._resets])
-        ep = self.sample_episode(rng)
-        spec = ep.workload
-        self.episode_stats = {"rate_per_min": spec.rate_per_min, "arrivals": spec.arrivals,
-                              "budget_range_s": spec.budget_range_s,
-                              "metrics_period_s": ep.metrics_period_s,
-                              "history": ep.history_seed is not None, "goodput": 0.0,
-                              "queries_done": 0}
-        self._last_obs = {}
-        self.agents = []
-        self._finished: dict[str, tuple[float, dict]] = {}
-        self._finished_order: list[str] = []
-        self._thread = threading.Thread(target=self._simulate, args=(ep,), daemon=True)
-        self._thread.start()
+        self.sims, self.episode_stats = [], []
+        for i in range(self.cfg.num_sims):
+            rng = self._episode_rng(i)
+            pool = self.pool_source.draw(rng)
+            ep = self.sample_episode(rng, pool)
+            spec = ep.workload
+            self.episode_stats.append({"pool": pool.config.name,
+                "rate_per_min": spec.rate_per_min, "arrivals": spec.arrivals,
+                "budget_range_s": spec.budget_range_s, "metrics_period_s": ep.metrics_period_s,
+                "history": ep.history_seed is not None, "goodput": 0.0, "queries_done": 0})
+            self.sims.append(SubSim(i, pool, ep, self.cfg.token_budget))
+        self._live, self._last_obs, self._finished, self._queries = {}, {}, {}, []
+        for s in self.sims:
+            s.advance()
         obs, _, _, _, infos = self._collect()
         return obs, infos
 
     def step(self, action_dict: dict):
-        """Answer the pending decision; run until the next one (or the episode's end)."""
-        if self._pending is None or self._pending not in action_dict:
-            raise ValueError(f"expected an action for {self._pending!r}")
-        self._actions.put(int(action_dict[self._pending]))
-        self._pending = None
+        """Answer every pending decision; run each sub-simulation until its next one."""
+        for s in self.sims:
+            if s.pending is None:
+                continue
+            aid = s.pending[0]
+            if aid not in action_dict:
+                raise ValueError(f"expected an action for {aid!r}")
+            s.answer(int(action_dict[aid]))
+            self.decisions += 1
         return self._collect()
 
     # ------------------------------------------------------------------ plumbing
     def _collect(self):
         obs, rewards, terms, infos = {}, {}, {}, {}
-        while True:
-            kind, *payload = self._events.get()
-            if kind == "ask":
-                aid, o = payload
-                # RLlib ends a multi-agent episode when every agent seen so far is done; when
-                # the pool runs empty between queries, hold one finished agent back a step
-                held = [] if any(a not in self._finished for a in self.agents) else \
-                    self._finished_order[-1:]
-                self._emit(obs, rewards, terms, infos, keep=held)
-                self._pending = aid
+        for s in self.sims:
+            for res in s.take_results():
+                self._reward(s, res)
+        asks = [s.pending for s in self.sims if s.pending is not None]
+        if asks:
+            # RLlib ends a multi-agent episode when every agent seen so far is done; when
+            # the pools run empty between queries, hold one finished agent back a step
+            held = [] if any(a not in self._finished for a in self._live) else \
+                list(self._finished)[-1:]
+            self._emit(obs, rewards, terms, infos, keep=held)
+            for aid, o in asks:
                 self._last_obs[aid] = o
-                self.agents.append(aid)
+                self._live[aid] = None
                 obs[aid] = o
                 infos.setdefault(aid, {})
-                break
-            if kind == "done":
-                self._reward(payload[0])
-                continue
-            if payload[0] is not None and not self._draining:
-                raise RuntimeError(f"twin simulation failed: {payload[0]!r}") from payload[0]
+            terms["__all__"] = False
+        else:
             self._emit(obs, rewards, terms, infos, keep=[])
-            terms["__all__"] = True  # end
-            break
-        terms.setdefault("__all__", False)
+            terms["__all__"] = True  # every sub-simulation has ended
         return obs, rewards, terms, {"__all__": False}, infos
 
     def _emit(self, obs, rewards, terms, infos, keep: list[str]) -> None:
         """Terminate finished agents (their final obs, reward and infos), except ``keep``."""
-        for aid in [a for a in self._finished_order if a not in keep]:
+        for aid in [a for a in self._finished if a not in keep]:
             reward, info = self._finished.pop(aid)
-            obs[aid] = self._last_obs[aid]
+            obs[aid] = self._last_obs.pop(aid)
             rewards[aid] = reward
             terms[aid] = True
             infos[aid] = info
-            self.agents.remove(aid)
-        self._finished_order = [a for a in self._finished_order if a in keep]
+            del self._live[aid]
 
-    def reward_terms(self, res: QueryResult) -> RewardTerms:
-        """The terms of every decision's reward of a finished query (``RewardTerms.reward``).
-        The baseline is 0 unless ``counterfactual_baseline``: then 1 if the strongest model
-        alone, step by step, answers the item right (whatever the load). Tolls are 0 unless
-        ``congestion_toll``."""
-        quality, cost, node_w = query_terms(res, self.outcome)
-        base = (float(self.outcome.would_be_correct(res.query.item_id, self.info.strongest,
+    def reward_terms(self, res: QueryResult, pool: SimPool | None = None) -> RewardTerms:
+        """The terms of every decision's reward of a finished query (``RewardTerms.reward``)
+        on ``pool`` (default: the config's). The baseline is 0 unless
+        ``counterfactual_baseline``: then 1 if the strongest model alone, step by step, answers
+        the item right (whatever the load). Tolls are 0 unless ``congestion_toll``."""
+        pool = pool or self.sim_pool
+        quality, cost, node_w = query_terms(res, pool.outcome)
+        base = (float(pool.outcome.would_be_correct(res.query.item_id, pool.info.strongest,
                                                     Strategy.DEEPTHINK, res.query.task,
                                                     res.query.query_id))
                 if self.cfg.counterfactual_baseline else 0.0)
         toll = {s.node_id: min(TOLL_CAP, self.cfg.congestion_toll * slot_seconds(s))
-                for s in res.steps if self._saturated(s)}
+                for s in res.steps if _saturated(pool.info, s)}
         return RewardTerms(quality, base, cost, node_w, toll)
 
-    def _saturated(self, s: AgentResult) -> bool:
-        """Had the call's model no free sequence slot when the executor chose it?"""
-        return s.load is not None and free_slots(self.info[s.model], s.load) <= 0
-
-    def _reward(self, res: QueryResult) -> None:
-        t = self.reward_terms(res)
-        n = int(res.query.query_id[1:6])
-        nodes = {f"plan/{n}": None} | {f"step/{n}/{k}": k for k in t.weight}
+    def _reward(self, sim: SubSim, res: QueryResult) -> None:
+        t = self.reward_terms(res, sim.pool)
+        n, i = int(res.query.query_id[1:6]), sim.index
+        nodes = {f"plan/{i}/{n}": None} | {f"step/{i}/{n}/{k}": k for k in t.weight}
+        if self.by_query:
+            self._queries.append({aid: (t.reward(node, self.cfg.lam), t.infos(node))
+                                  for aid, node in nodes.items()})
+            nodes = {}
         for aid, node in nodes.items():
-            if aid not in self.agents or aid in self._finished:
+            if aid not in self._live or aid in self._finished:
                 continue
-            self._finished[aid] = (t.reward(node, self.cfg.lam),
-                                   {"quality": t.quality, "cost": t.cost,
-                                    "weight": t.weight_of(node),
-                                    "baseline": t.baseline, "toll": t.toll_of(node)})
-            self._finished_order.append(aid)
-        s = self.episode_stats
+            self._finished[aid] = (t.reward(node, self.cfg.lam), t.infos(node))
+        s = self.episode_stats[i]
         s["queries_done"] += 1
         s["goodput"] += (t.quality - s["goodput"]) / s["queries_done"]
 
     def close(self) -> None:
-        """Stop the simulation thread."""
-        if self._thread is not None:
-            self._stop_thread()
+        """Cancel unfinished sub-simulations."""
+        for s in self.sims:
+            s.close()
+
+
+def _saturated(info: PoolInfo, s: AgentResult) -> bool:
+    """Had the call's model no free sequence slot when the executor chose it?"""
+    return s.load is not None and free_slots(info[s.model], s.load) <= 0

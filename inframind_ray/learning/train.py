@@ -17,6 +17,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import yaml
@@ -43,6 +44,18 @@ class PPOSettings(BaseModel):
     entropy_coeff: float = Field(0.003, ge=0)
     clip_param: float = Field(0.2, gt=0)
     vf_loss_coeff: float = Field(0.5, ge=0)
+    sampler: Literal["decisions", "rllib"] = "decisions"
+    """``decisions``: ``DecisionEnvRunner`` (batched forward passes, one small episode per
+    finished query; learning/env_runner.py); ``rllib``: RLlib's ``MultiAgentEnvRunner`` on the
+    env's step protocol (slower; its cost grows with the episode's agents)."""
+    num_env_runners: int = Field(0, ge=0)
+    """Remote sampling processes (0: sample in the driver)."""
+    num_envs_per_env_runner: int = Field(1, ge=1)
+    torch_threads: int = Field(1, ge=1)
+    """Torch intra-op threads in this process (sampling and learning). The nets are small MLPs
+    that gain nothing from more; on a shared 2-core machine OpenMP's waiting threads made a
+    batch-16 forward pass 100x slower than one thread (docs/learning.md, "Training
+    throughput"). Remote env runners get Ray's one thread per CPU."""
 
 
 class LagrangianSettings(BaseModel):
@@ -85,18 +98,31 @@ def load_train_config(path: str | Path) -> TrainConfig:
     return validated(TrainConfig, read_yaml(path, "config"), source=str(path))
 
 
+def start_ray() -> None:
+    """A local Ray of this process (never another user's running cluster), if none is up."""
+    import ray
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2),
+                 include_dashboard=False, log_to_driver=False, configure_logging=False)
+
+
 def build_algo(cfg: TrainConfig, env=None):
     """The RLlib PPO algorithm: two modules, the Lagrangian learner, local sampling. ``env`` (an
     env of the same config) only lends its spaces; one is built when not given."""
+    import torch
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from inframind_ray.learning.env import TwinOrchestrationEnv
+    from inframind_ray.learning.env_runner import DecisionEnvRunner
     from inframind_ray.learning.lagrangian import LagrangianPPOLearner, LagrangianReward
     from inframind_ray.learning.modules import EXECUTOR, PLANNER, module_of, module_spec
 
+    torch.set_num_threads(cfg.ppo.torch_threads)
     own = env is None
     env = env or TwinOrchestrationEnv(cfg.env.model_dump())
-    plan_agent, step_agent = "plan/0", "step/0/0"
+    plan_agent, step_agent = "plan/0/0", "step/0/0/0"
     spec = module_spec(env.observation_spaces[plan_agent], env.action_spaces[plan_agent],
                        env.observation_spaces[step_agent], env.action_spaces[step_agent],
                        cfg.hidden)
@@ -107,10 +133,14 @@ def build_algo(cfg: TrainConfig, env=None):
         PPOConfig()
         .environment(TwinOrchestrationEnv, env_config=cfg.env.model_dump(),
                      disable_env_checking=True)
-        .multi_agent(policies={PLANNER, EXECUTOR}, policy_mapping_fn=module_of)
+        .multi_agent(policies={PLANNER, EXECUTOR}, policy_mapping_fn=module_of,
+                     count_steps_by="agent_steps" if p.sampler == "decisions" else "env_steps")
         .rl_module(rl_module_spec=spec)
-        .env_runners(num_env_runners=0, batch_mode="complete_episodes",
-                     rollout_fragment_length="auto")
+        .env_runners(num_env_runners=p.num_env_runners,
+                     num_envs_per_env_runner=p.num_envs_per_env_runner,
+                     batch_mode="complete_episodes", rollout_fragment_length="auto",
+                     **({"env_runner_cls": DecisionEnvRunner, "episodes_to_numpy": False}
+                        if p.sampler == "decisions" else {}))
         .training(
             lr=p.lr, train_batch_size_per_learner=p.train_batch_size,
             minibatch_size=p.minibatch_size, num_epochs=p.num_epochs,
@@ -122,7 +152,7 @@ def build_algo(cfg: TrainConfig, env=None):
             learner_connector=lambda *a, **k: LagrangianReward(lam=cfg.lagrangian.lam_init),
             learner_config_dict=cfg.lagrangian.model_dump(),
         )
-        .debugging(seed=cfg.seed, log_level="ERROR")
+        .debugging(seed=cfg.seed, log_level="ERROR", log_sys_usage=False)
         .reporting(metrics_num_episodes_for_smoothing=20)
     )
     return config.build_algo()
@@ -195,8 +225,6 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
     summary.json}; return the summary."""
     import warnings
 
-    import ray
-
     from inframind_ray.learning.env import TwinOrchestrationEnv
     from inframind_ray.learning.modules import EXECUTOR, PLANNER
     from inframind_ray.learning.warmstart import warm_start
@@ -211,10 +239,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     metrics_path = out / "metrics.jsonl"
     rllib_dir = out / "rllib"
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    if not ray.is_initialized():
-        ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+    start_ray()
     env = TwinOrchestrationEnv(cfg.env.model_dump())
     info, strongest = env.info, env.info.strongest
     t0 = time.perf_counter()
@@ -273,8 +298,9 @@ fraction and the approximate KL are logged by ``LagrangianPPOLearner``)."""
 def _iteration_row(it: int, r: dict, elapsed: float, train_s: float,
                    prev: dict | None = None) -> dict:
     """One metrics.jsonl row of a PPO iteration; ``decisions_per_s``: the environment decisions
-    sampled in this iteration over the wall time of its ``algo.train()`` (sampling and
-    learning)."""
+    sampled in this iteration (``decisions``: lifetime count) over the wall time of its
+    ``algo.train()`` (sampling and learning). ``env_steps``: RLlib's env steps (one answers a
+    decision of every sub-simulation)."""
     from inframind_ray.learning.modules import EXECUTOR, PLANNER
 
     runners, learners = r.get("env_runners", {}), r.get("learners", {})
@@ -284,17 +310,28 @@ def _iteration_row(it: int, r: dict, elapsed: float, train_s: float,
         return None if x is None else round(float(x), 4)
 
     steps = int(r.get("num_env_steps_sampled_lifetime", 0) or 0)
-    prev_steps = (prev or {}).get("env_steps") or 0
+    decisions = decisions_sampled(r)
+    prev_dec = (prev or {}).get("decisions") or 0
     diag = {m: {k: num(learners.get(m, {}).get(v)) for k, v in DIAGNOSTICS.items()}
             for m in (PLANNER, EXECUTOR) if isinstance(learners.get(m), dict)}
     return {"iteration": it, "phase": "ppo", "elapsed_s": round(elapsed, 1),
             "train_goodput": num(lag.get("goodput")),
-            "env_steps": steps,
-            "decisions_per_s": round((steps - prev_steps) / train_s, 1) if train_s > 0 else None,
+            "env_steps": steps, "decisions": decisions,
+            "decisions_per_s": round((decisions - prev_dec) / train_s, 1) if train_s > 0 else None,
             "lambda": num(lag.get("lambda")), "mean_cost": num(lag.get("mean_cost")),
             "diagnostics": diag,
             "module_returns": {m: num(v) for m, v in
                                runners.get("module_episode_returns_mean", {}).items()}}
+
+
+def decisions_sampled(r: dict) -> int:
+    """Lifetime decisions sampled from an ``algo.train()`` result: ``DecisionEnvRunner``'s
+    count, else RLlib's env steps (one decision each on the env's step protocol with one
+    sub-simulation)."""
+    from inframind_ray.learning.env_runner import DECISIONS
+
+    runners = r.get("env_runners", {})
+    return int(runners.get(DECISIONS) or r.get("num_env_steps_sampled_lifetime", 0) or 0)
 
 
 def _log_row(row: dict, history: list, path: Path, on_row) -> None:
@@ -327,35 +364,7 @@ def _finish(cfg: TrainConfig, out: Path, history: list[dict], strongest: str,
         "collapse": collapse_flag(best["eval"], strongest),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    from inframind_ray.learning.plots import plot_training
+
     plot_training(history, out / "training.png")
     return summary
-
-
-def plot_training(history: list[dict], path: Path) -> None:
-    """Validation goodput per rate, lambda and mean cost per iteration."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    evals = [h for h in history if "eval" in h]
-    rates = sorted({e["rate_per_min"] for h in evals for e in h["eval"]})
-    for r in rates:
-        pts = [(h["iteration"], e["goodput"]) for h in evals for e in h["eval"]
-               if e["rate_per_min"] == r]
-        a1.plot(*zip(*pts, strict=True), marker="o", label=f"{r:g} req/min")
-    a1.set(xlabel="PPO iteration (0 = warm start)", ylabel="validation goodput",
-           title="goodput on the validation split")
-    a1.legend()
-    ppo = [h for h in history if h["phase"] == "ppo" and h.get("lambda") is not None]
-    if ppo:
-        a2.plot([h["iteration"] for h in ppo], [h["lambda"] for h in ppo], label="lambda")
-        a2b = a2.twinx()
-        a2b.plot([h["iteration"] for h in ppo], [h["mean_cost"] or 0 for h in ppo],
-                 color="tab:red", label="mean lateness cost")
-        a2b.set_ylabel("mean cost per query", color="tab:red")
-    a2.set(xlabel="PPO iteration", ylabel="lambda", title="Lagrange multiplier")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

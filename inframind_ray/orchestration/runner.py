@@ -4,6 +4,9 @@ Independent nodes run concurrently as asyncio tasks; each node asks the executor
 call, with the budget left and live load. Every node inherits the query's deadline. Latency is
 taken from timestamps recorded at real call boundaries (never from a formula): the query ends when
 its last node ends, the final aggregator included.
+
+A policy may also offer ``plan_async`` / ``decide_async`` (the RL env's bridge): the workflow then
+awaits each decision instead of calling it, so a driver outside the loop can supply it.
 """
 
 from __future__ import annotations
@@ -114,7 +117,10 @@ async def run_query(
     Times (the query's arrival and deadline, the state's, the results') are on ``clock``: the
     loop's (simulated seconds in the twin) or the wall clock (epoch seconds when served)."""
     loop = asyncio.get_running_loop()
-    plan = policy.plan(query, state_fn())
+    plan_async = getattr(policy, "plan_async", None)  # a policy that awaits its decisions
+    decide_async = getattr(policy, "decide_async", None)
+    plan = (await plan_async(query, state_fn()) if plan_async is not None
+            else policy.plan(query, state_fn()))
     graph = build_graph(plan)
     tasks: dict[int, asyncio.Task[AgentResult]] = {}
     slots_of: dict[str, list[int]] = {}  # model -> plan slots using it, in decision order
@@ -136,7 +142,7 @@ async def run_query(
             upstream_tokens=sum(u.output_tokens for u in ups if u.status.ok),
             earlier_models=tuple(chosen),
         )
-        d = policy.decide(ctx)
+        d = await decide_async(ctx) if decide_async is not None else policy.decide(ctx)
         path_in = max((path[u] for u in node.deps), default=0.0)
         chosen.append(d.model)
         slots = slots_of.setdefault(d.model, [])

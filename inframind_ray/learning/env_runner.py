@@ -1,0 +1,188 @@
+"""An RLlib EnvRunner for the twin env whose cost does not grow with the episode.
+
+RLlib's ``MultiAgentEnvRunner`` walks every agent of the ongoing ``MultiAgentEpisode`` at every
+env step (done checks, validation, connector passes): with one agent per decision and thousands
+of decisions per episode, sampling slows down as the episode goes on (measured in
+docs/learning.md, "Training throughput"). This runner keeps RLlib's modules, weights sync,
+metrics and episode type, but drives the env through its batch interface
+(``TwinOrchestrationEnv.pending_obs`` / ``answer`` / ``take_queries``):
+
+- every step, one forward pass per module over all pending decisions of all sub-simulations
+  (explore: a sample of the masked categorical; else its argmax), the same action distribution
+  RLlib's ``GetActions`` connector samples from;
+- every finished query becomes one small ``MultiAgentEpisode``: its decisions are the agents,
+  each with its observation, action, log-probability, logits, reward and infos, terminated. An
+  agent acts once and is rewarded when its query ends, so this is the same per-agent data the
+  default runner records; only its grouping into episodes differs (PPO's GAE, with gamma =
+  lambda = 1, gives each decision ``reward - V(obs)`` either way).
+
+``sample`` returns the queries finished until at least ``num_timesteps`` decisions are in them
+(queries still in flight carry over to the next call) or, with ``num_episodes``, those of that
+many whole env episodes. Decisions are counted as agent steps (``count_steps_by="agent_steps"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
+from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+from ray.rllib.utils.metrics import (
+    EPISODE_LEN_MEAN,
+    EPISODE_MODULE_RETURN_MEAN,
+    EPISODE_RETURN_MEAN,
+    NUM_AGENT_STEPS_SAMPLED,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES,
+    NUM_EPISODES_LIFETIME,
+    NUM_MODULE_STEPS_SAMPLED,
+    NUM_MODULE_STEPS_SAMPLED_LIFETIME,
+    WEIGHTS_SEQ_NO,
+)
+
+from inframind_ray.learning.modules import module_of
+
+DECISIONS = "num_decisions_sampled_lifetime"
+"""Metric key: decisions sampled (agent steps of finished queries), lifetime."""
+
+
+class DecisionEnvRunner(MultiAgentEnvRunner):
+    """See the module docstring."""
+
+    def _twin_envs(self) -> list:
+        envs = [e.unwrapped for e in self.env.envs]
+        for e in envs:
+            e.by_query = True
+        return envs
+
+    def sample(self, *, num_timesteps: int | None = None, num_episodes: int | None = None,
+               explore: bool | None = None, random_actions: bool = False,
+               force_reset: bool = False) -> list[MultiAgentEpisode]:
+        """Finished queries as episodes (see the module docstring)."""
+        explore = self.config.explore if explore is None else explore
+        envs = self._twin_envs()
+        if num_timesteps is None and num_episodes is None:
+            num_timesteps = self.config.get_rollout_fragment_length(self.worker_index) * len(envs)
+        if force_reset or num_episodes is not None or self._needs_initial_reset:
+            self._reset(envs)
+        out: list[MultiAgentEpisode] = []
+        decisions = env_steps = ended = 0
+        while (ended < num_episodes) if num_episodes is not None else decisions < num_timesteps:
+            asks = [(k, aid, o) for k, e in enumerate(envs) for aid, o in e.pending_obs()]
+            if asks:
+                acts = self._act(asks, explore, random_actions)
+                for k, e in enumerate(envs):
+                    e.answer({aid: a for (kk, aid, _), a in zip(asks, acts, strict=True)
+                              if kk == k})
+                env_steps += 1
+            for k, e in enumerate(envs):
+                for query in e.take_queries():
+                    ep = self._episode(k, query)
+                    if ep is not None:
+                        out.append(ep)
+                        decisions += ep.agent_steps()
+                if e.done:
+                    ended += 1
+                    e.reset()
+        self._log_sampled(out, env_steps, ended)
+        if num_episodes is not None:
+            self._needs_initial_reset = True
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _reset(self, envs: list) -> None:
+        seed = self._seed if self._needs_initial_reset else None
+        for k, e in enumerate(envs):
+            e.reset(seed=None if seed is None else seed + k)
+        self._open: dict[tuple[int, str], dict] = {}  # (env, agent) -> obs, sampling outputs
+        self._needs_initial_reset = False
+
+    def _act(self, asks: list[tuple[int, str, dict]], explore: bool, random_actions: bool
+             ) -> list[int]:
+        """One forward pass per module over the pending decisions; their actions."""
+        acts = [0] * len(asks)
+        by_module: dict[str, list[int]] = {}
+        for i, (_, aid, _) in enumerate(asks):
+            by_module.setdefault(module_of(aid), []).append(i)
+        for mid, idx in by_module.items():
+            module = self.module[mid]
+            obs = {key: torch.from_numpy(np.stack([asks[i][2][key] for i in idx]))
+                   for key in asks[idx[0]][2]}
+            with torch.no_grad():
+                if random_actions:
+                    logits = torch.where(obs["mask"] > 0, 0.0, -1e9)
+                elif explore:
+                    logits = module.forward_exploration({Columns.OBS: obs})[
+                        Columns.ACTION_DIST_INPUTS]
+                else:
+                    logits = module.forward_inference({Columns.OBS: obs})[
+                        Columns.ACTION_DIST_INPUTS]
+                dist_cls = (module.get_exploration_action_dist_cls() if explore
+                            else module.get_inference_action_dist_cls())
+                dist = dist_cls.from_logits(logits)
+                a = dist.sample() if explore or random_actions else logits.argmax(-1)
+                logp = dist.logp(a)
+            for j, i in enumerate(idx):
+                k, aid, o = asks[i]
+                acts[i] = int(a[j])
+                self._open[(k, aid)] = {"obs": o, "action": acts[i], "logp": float(logp[j]),
+                                        "logits": logits[j].numpy()}
+        return acts
+
+    def _episode(self, k: int, query: dict[str, tuple[float, dict]]
+                 ) -> MultiAgentEpisode | None:
+        """One finished query of env ``k`` as a terminated one-step multi-agent episode."""
+        rows = {aid: (self._open.pop((k, aid)), r, info) for aid, (r, info) in query.items()
+                if (k, aid) in self._open}
+        if not rows:
+            return None
+        # no spaces: RLlib's per-agent space bookkeeping would cost more than the rest here
+        ep = MultiAgentEpisode(agent_to_module_mapping_fn=self.config.policy_mapping_fn)
+        ep.add_env_reset(observations={a: d["obs"] for a, (d, _, _) in rows.items()},
+                         infos={a: {} for a in rows})
+        ep.add_env_step(
+            observations={a: d["obs"] for a, (d, _, _) in rows.items()},
+            actions={a: d["action"] for a, (d, _, _) in rows.items()},
+            rewards={a: r for a, (_, r, _) in rows.items()},
+            infos={a: info for a, (_, _, info) in rows.items()},
+            terminateds={**{a: True for a in rows}, "__all__": True},
+            extra_model_outputs={a: {Columns.ACTION_LOGP: np.float32(d["logp"]),
+                                     Columns.ACTION_DIST_INPUTS: d["logits"],
+                                     WEIGHTS_SEQ_NO: self._weights_seq_no}
+                                 for a, (d, _, _) in rows.items()})
+        return ep.to_numpy() if self.episodes_to_numpy else ep
+
+    def _log_sampled(self, episodes: list[MultiAgentEpisode], env_steps: int, ended: int
+                     ) -> None:
+        m = self.metrics
+        n = sum(e.agent_steps() for e in episodes)
+        m.log_value(NUM_ENV_STEPS_SAMPLED, env_steps, reduce="sum")
+        m.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, env_steps, reduce="lifetime_sum")
+        m.log_value(DECISIONS, n, reduce="lifetime_sum")
+        m.log_value(NUM_EPISODES, ended, reduce="sum")
+        m.log_value(NUM_EPISODES_LIFETIME, ended, reduce="lifetime_sum")
+        per_module: dict[str, int] = {}
+        win = max(1, self.config.metrics_num_episodes_for_smoothing)
+        for e in episodes:
+            ret: dict[str, float] = {}
+            for sa in e.agent_episodes.values():
+                per_module[sa.module_id] = per_module.get(sa.module_id, 0) + len(sa)
+                ret[sa.module_id] = ret.get(sa.module_id, 0.0) + sa.get_return()
+            m.log_dict({EPISODE_RETURN_MEAN: sum(ret.values()),
+                        EPISODE_LEN_MEAN: e.agent_steps(),
+                        EPISODE_MODULE_RETURN_MEAN: ret}, window=win)
+        for mid, k in per_module.items():  # agent steps per module, not per agent id: the
+            # ids number in the thousands and RLlib only ever sums these
+            m.log_value((NUM_AGENT_STEPS_SAMPLED, mid), k, reduce="sum")
+            m.log_value((NUM_AGENT_STEPS_SAMPLED_LIFETIME, mid), k, reduce="lifetime_sum")
+            m.log_value((NUM_MODULE_STEPS_SAMPLED, mid), k, reduce="sum")
+            m.log_value((NUM_MODULE_STEPS_SAMPLED_LIFETIME, mid), k, reduce="lifetime_sum")
+
+    def get_metrics(self) -> dict[str, Any]:
+        """This runner's reduced metrics (per-query episode metrics are logged in ``sample``)."""
+        return self.metrics.reduce()

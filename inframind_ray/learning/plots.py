@@ -1,0 +1,35 @@
+"""The training run's figure (``OUT/training.png``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def plot_training(history: list[dict], path: Path) -> None:
+    """Validation goodput per rate, lambda and mean cost per iteration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    evals = [h for h in history if "eval" in h]
+    rates = sorted({e["rate_per_min"] for h in evals for e in h["eval"]})
+    for r in rates:
+        pts = [(h["iteration"], e["goodput"]) for h in evals for e in h["eval"]
+               if e["rate_per_min"] == r]
+        a1.plot(*zip(*pts, strict=True), marker="o", label=f"{r:g} req/min")
+    a1.set(xlabel="PPO iteration (0 = warm start)", ylabel="validation goodput",
+           title="goodput on the validation split")
+    a1.legend()
+    ppo = [h for h in history if h["phase"] == "ppo" and h.get("lambda") is not None]
+    if ppo:
+        a2.plot([h["iteration"] for h in ppo], [h["lambda"] for h in ppo], label="lambda")
+        a2b = a2.twinx()
+        a2b.plot([h["iteration"] for h in ppo], [h["mean_cost"] or 0 for h in ppo],
+                 color="tab:red", label="mean lateness cost")
+        a2b.set_ylabel("mean cost per query", color="tab:red")
+    a2.set(xlabel="PPO iteration", ylabel="lambda", title="Lagrange multiplier")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,161 @@
+"""``inframind train-speed``: environment decisions per second of training, phase by phase.
+
+For each variant (sampler and sub-simulations per env) of one training config, three phases on
+the same config, seed and machine, one after the other:
+
+- ``raw``: the env alone, every pending decision answered by a uniform choice among its valid
+  actions (no network);
+- ``sampling``: the env runner with the config's real modules (``env_runner.sample``);
+- ``ppo``: whole ``algo.train()`` iterations (sampling and learning), decisions counted as in
+  ``metrics.jsonl``'s ``decisions_per_s``.
+
+Every row has wall time and CPU time (user + system of this process, where RLlib samples and
+learns with ``num_env_runners: 0``, plus the remote env runners' processes otherwise; with
+remote runners the sampling phase is skipped), so a number measured on a shared machine can be
+read against its load (the 1-minute load average, sampled before and after each row).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from inframind_ray.errors import ConfigError
+from inframind_ray.learning.train import TrainConfig, build_algo
+
+PHASES = ("raw", "sampling", "ppo")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How decisions are sampled: RLlib's runner or ``DecisionEnvRunner``; sub-simulations per
+    env; remote env runners (0: sampling in this process)."""
+
+    sampler: str
+    num_sims: int
+    runners: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        """``SAMPLER:SIMS[:RUNNERS]``, e.g. ``decisions:16`` or ``decisions:16:2``."""
+        parts = text.split(":")
+        if (len(parts) not in (2, 3) or parts[0] not in ("rllib", "decisions")
+                or not all(p.isdigit() for p in parts[1:]) or int(parts[1]) < 1):
+            raise ConfigError("variants", f"{text!r} is not SAMPLER:SIMS[:RUNNERS] (sampler "
+                              "rllib or decisions, sims >= 1, runners >= 0)")
+        return cls(parts[0], int(parts[1]), int(parts[2]) if len(parts) == 3 else 0)
+
+
+@dataclass(frozen=True)
+class SpeedRow:
+    """One measured phase of one variant."""
+
+    sampler: str
+    num_sims: int
+    runners: int
+    phase: str
+    decisions: int
+    wall_s: float
+    cpu_s: float
+    load_before: float
+    load_after: float
+
+    @property
+    def per_s(self) -> float:
+        """Decisions per wall-clock second."""
+        return self.decisions / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def per_cpu_s(self) -> float:
+        """Decisions per CPU second of this process."""
+        return self.decisions / self.cpu_s if self.cpu_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        """The row with its rates (JSON)."""
+        return asdict(self) | {"decisions_per_s": round(self.per_s, 1),
+                               "decisions_per_cpu_s": round(self.per_cpu_s, 1)}
+
+
+def _cpu(group=None) -> float:
+    """CPU seconds of this process, plus those of ``group``'s remote env runners if given."""
+    def own(*_) -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    remote = sum(group.foreach_env_runner(own, local_env_runner=False)) if group else 0.0
+    return own() + remote
+
+
+def _timed(v: Variant, phase: str, run: Callable[[], int], group=None) -> SpeedRow:
+    load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), _cpu(group)
+    n = run()
+    return SpeedRow(v.sampler, v.num_sims, v.runners, phase, n,
+                    round(time.perf_counter() - wall0, 2), round(_cpu(group) - cpu0, 2), load0,
+                    os.getloadavg()[0])
+
+
+def raw_decisions(env, decisions: int, seed: int) -> int:
+    """Answer at least ``decisions`` decisions of ``env`` uniformly at random (then close it)."""
+    rng = np.random.default_rng(seed)
+    n = 0
+    try:
+        obs, _ = env.reset(seed=seed)
+        while n < decisions:
+            acts = {a: int(rng.choice(np.flatnonzero(obs[a]["mask"] > 0))) for a in env.pending}
+            obs, _, term, _, _ = env.step(acts)
+            n += len(acts)
+            if term["__all__"]:
+                obs, _ = env.reset()
+    finally:
+        env.close()
+    return n
+
+
+def measure(cfg: TrainConfig, variants: list[Variant], decisions: int, iterations: int,
+            on_row: Callable[[SpeedRow], None] | None = None) -> list[SpeedRow]:
+    """Every phase of every variant (see the module docstring). Decisions are those the envs
+    answered (``TwinOrchestrationEnv.decisions``), the same count for both samplers."""
+    from inframind_ray.learning.env import TwinOrchestrationEnv
+
+    rows = []
+
+    def keep(row: SpeedRow) -> None:
+        rows.append(row)
+        if on_row:
+            on_row(row)
+
+    for v in variants:
+        c = cfg.model_copy(deep=True)
+        c.env.num_sims, c.ppo.sampler, c.ppo.num_env_runners = (v.num_sims, v.sampler,
+                                                                  v.runners)
+        env = TwinOrchestrationEnv(c.env.model_dump())  # built untimed, as RLlib's are
+        keep(_timed(v, "raw", lambda env=env, c=c: raw_decisions(env, decisions, c.seed)))
+        algo = build_algo(c)
+        try:
+            group = algo.env_runner_group
+            if c.ppo.num_env_runners == 0:  # RLlib's own sample call, in this process
+                runner = group.local_env_runner
+                keep(_timed(v, "sampling", lambda g=group, r=runner: _answered(
+                    g, lambda: r.sample(num_timesteps=decisions, explore=True))))
+            for _ in range(iterations):
+                keep(_timed(v, "ppo", lambda g=group, a=algo: _answered(g, a.train),
+                            group if v.runners else None))
+        finally:
+            algo.stop()
+    return rows
+
+
+def _answered(group, run: Callable[[], object]) -> int:
+    """Decisions the envs of every env runner answered during ``run()``."""
+    def count() -> int:
+        return sum(group.foreach_env_runner(
+            lambda r: sum(e.unwrapped.decisions for e in r.env.envs) if r.env else 0))
+
+    before = count()
+    run()
+    return count() - before
