@@ -23,6 +23,7 @@ def test_serve_query_load_roundtrip(tmp_path):
     cfg["serving"].update(port=8768, api_key_env="INFRAMIND_TEST_KEY", embed=False,
                           records_dir=str(tmp_path / "rec"), max_inflight_queries=64)
     cfg["models"][0]["max_num_seqs"] = 8
+    cfg["models"][0]["max_queue"] = 64  # the learned policy's votes must not overflow "big"
     path = tmp_path / "pool.yaml"
     path.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "INFRAMIND_TEST_KEY": "s3cret"}

@@ -108,6 +108,6 @@ def test_deployment_serves_smollm2_with_chat_template() -> None:
     assert smol.use_chat_template and not tiny.use_chat_template
     assert smol.max_model_len == 2048 and not smol.ignore_eos
     assert {smol.cpu_threads_bind, tiny.cpu_threads_bind} == {"0", "1"}
-    plain = VLLMEngine.from_spec(SimpleNamespace(max_num_seqs=1),
+    plain = VLLMEngine.from_spec(SimpleNamespace(max_num_seqs=1, gpu_memory_utilization=None),
                                  by_name["tiny"].engine.model_copy(update={"model": "/m"}))
     assert not plain.use_chat_template  # the spec's default keeps raw prompts

@@ -100,7 +100,7 @@ def test_from_spec_reads_pool_config() -> None:
 
     spec = VLLMEngineSpec(model="/m", max_model_len=512, kv_cache_memory_bytes=2**26,
                           env={"VLLM_CPU_OMP_THREADS_BIND": "1"}, engine_kwargs={"seed": 3})
-    e = VLLMEngine.from_spec(SimpleNamespace(max_num_seqs=5), spec)
+    e = VLLMEngine.from_spec(SimpleNamespace(max_num_seqs=5, gpu_memory_utilization=None), spec)
     assert (e.model, e.capacity, e.max_model_len, e.kv_cache_memory_bytes) == ("/m", 5, 512, 2**26)
     assert e.cpu_threads_bind == "1" and e.engine_kwargs == {"seed": 3}
 

@@ -67,7 +67,7 @@ class Orchestrator:
         self.tracing = Tracing(otel)
         self._embedder_ready: asyncio.Future | None = None
         self._policy(self.default_policy)  # fail early on a bad default
-        self._policy_metric = False  # set on the first query (a gauge set in __init__ is lost)
+        self._gauges_at = 0.0  # when the orchestrator's gauges were last set (_refresh_gauges)
 
     # ------------------------------------------------------------------ plumbing
     def _policy(self, name: str) -> Policy:
@@ -124,8 +124,18 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ metrics
     def push_metrics(self, snap: LoadSnapshot) -> None:
-        """Called by replicas (fire and forget)."""
+        """Called by replicas (fire and forget); also the orchestrator's clock for its gauges."""
         self.loads.push(snap)
+        self._refresh_gauges()
+
+    def _refresh_gauges(self) -> None:
+        """Set the orchestrator's gauges again at most once a second: Ray exports a gauge only
+        while it is being set (one set in ``__init__``, or once, disappears from the export)."""
+        now = time.monotonic()
+        if now - self._gauges_at >= 1.0:
+            self._gauges_at = now
+            self.metrics.set_policy(self.default_policy, self.policy_status)
+            self.metrics.inflight.set(self.inflight)
 
     def state(self) -> dict:
         """Live per-model metrics and orchestrator status (``GET /v1/state``)."""
@@ -238,9 +248,7 @@ class Orchestrator:
             return {"http_status": 404 if isinstance(e, NotFound) else 400, "error": str(e)}
         self.inflight += 1
         self.metrics.inflight.set(self.inflight)
-        if not self._policy_metric:
-            self.metrics.set_policy(self.default_policy, self.policy_status)
-            self._policy_metric = True
+
         try:
             if self.cfg.serving.embed:
                 from dataclasses import replace
