@@ -35,8 +35,7 @@ class Session:
         if model.name in {m.name for m in self.cfg.models}:
             raise ValueError(f"model {model.name!r} is already in the pool")
         cfg = self.cfg.model_copy(update={"models": [*self.cfg.models, model]})
-        serve.run_many([RunTarget(model_deployment(model, cfg), name=deployment_name(model.name),
-                                  route_prefix=None)])
+        serve.run_many([_model_target(model, cfg)])
         ray.get(self.orchestrator.set_pool.remote(cfg.model_dump()))
         self.cfg = cfg
         _wait_reports(self.orchestrator, wait_s)
@@ -96,8 +95,7 @@ def start(cfg: PoolConfig, *, address: str | None = None, wait_s: float = 300.0)
     s = cfg.serving
     orch = orchestrator_actor(cfg, detached=False)
     serve.start(http_options={"host": s.host, "port": s.port}, proxy_location=s.proxy_location)
-    serve.run_many([*(RunTarget(model_deployment(m, cfg), name=deployment_name(m.name),
-                                route_prefix=None) for m in cfg.models),
+    serve.run_many([*(_model_target(m, cfg) for m in cfg.models),
                     RunTarget(make_ingress(cfg).bind(), name=APP_NAME, route_prefix="/")])
     ray.get(orch.ready.remote(), timeout=wait_s)
     _wait_reports(orch, wait_s)
@@ -130,6 +128,12 @@ def model_deployment(model: ModelConfig, cfg: PoolConfig) -> Application:
         max_ongoing_requests=model.max_num_seqs + model.max_queue + 64,
         request_router_config=router_config(cfg.serving.metrics_period_s),
     ).bind(model.model_dump(mode="json"), cfg.model_dump(mode="json"))
+
+
+def _model_target(model: ModelConfig, cfg: PoolConfig) -> RunTarget:
+    """A model's application, named as its deployment, with no HTTP route."""
+    return RunTarget(model_deployment(model, cfg), name=deployment_name(model.name),
+                     route_prefix=None)
 
 
 def _wait_reports(orch: ray.actor.ActorHandle, wait_s: float) -> None:
