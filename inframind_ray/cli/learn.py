@@ -46,6 +46,9 @@ def train(
                 parts.append(f"lambda {row['lambda']:.3f}")
             if row.get("mean_cost") is not None:
                 parts.append(f"cost {row['mean_cost']:.3f}")
+            if cfg.lagrangian.accuracy_floor is not None and row.get("mu") is not None:
+                parts.append(f"acc {row.get('train_accuracy') or 0:.3f} "
+                             f"(floor {cfg.lagrangian.accuracy_floor:g}) mu {row['mu']:.3f}")
             if row.get("decisions_per_s") is not None:
                 parts.append(f"{row['decisions_per_s']:.0f} dec/s")
             ex = row.get("diagnostics", {}).get("executor") or {}
