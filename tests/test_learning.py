@@ -110,7 +110,7 @@ def test_lagrangian_reward_and_lambda_rises(hot_algo):
 
 
 def test_accuracy_floor_adds_mu_correct_and_mu_rises(hot_algo):
-    """LAMaS's accuracy floor: the reward gains ``mu * correct``; with a floor S0 = 1 (above any
+    """LAMaS's accuracy floor: the reward gains ``mu * correct`` (all over 1 + mu); with a floor S0 = 1 (above any
     batch's accuracy) one update raises mu from 0, logs it and keeps it in the learner's state;
     without a floor mu stays 0."""
     episodes = hot_algo.env_runner.sample(num_episodes=1, explore=True)
@@ -123,7 +123,7 @@ def test_accuracy_floor_adds_mu_correct_and_mu_rises(hot_algo):
             if "cost" in info:
                 assert info["correct"] >= info["quality"]  # right and in budget => right
                 want = (info["quality"] - 0.5 * info["cost"] * info["weight"]
-                        - info.get("toll", 0.0) + 2.0 * info["correct"])
+                        - info.get("toll", 0.0) + 2.0 * info["correct"]) / 3.0
                 assert sa.get_rewards(-1) == pytest.approx(want, abs=1e-5)
                 checked += 1
     assert checked > 0 and len(piece.query_correct) == len(piece.query_costs)

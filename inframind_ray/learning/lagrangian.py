@@ -5,7 +5,9 @@ A learner-connector piece (first in the learner pipeline, so GAE sees its reward
 agent's terminal reward from the env's infos as ``quality - baseline - lam * cost * weight -
 toll + mu * correct`` (quality first: a correct, in-budget answer is worth 1; LAMaS credit:
 ``weight = l(o) / T``; ``baseline`` is the env's optional per-item counterfactual baseline,
-``toll`` its optional congestion toll, else 0; ``correct`` is 1 for a right answer however late).
+``toll`` its optional congestion toll, else 0; ``correct`` is 1 for a right answer however late),
+all over ``1 + mu`` so that the returns stay on the value head's scale while mu grows (the same
+optimum; without a floor mu is 0 and nothing is scaled).
 The Learner, a PPO learner subclass, owns both multipliers and updates them by projected dual
 ascent after each gradient-based update, over the batch's queries: ``lam <- max(0, lam + eta *
 (mean_cost - delta))`` and, when a floor ``S0`` is set, ``mu <- max(0, mu + eta_mu * (S0 -
@@ -33,8 +35,8 @@ def dual_ascent(lam: float, mean_cost: float, delta: float, lr: float,
 
 
 class LagrangianReward(ConnectorV2):
-    """Terminal reward = quality - baseline - lam * cost * weight - toll (the agent's final
-    infos)."""
+    """Terminal reward = (quality - baseline - lam * cost * weight - toll + mu * correct) / (1 +
+    mu) (the agent's final infos)."""
 
     def __init__(self, input_observation_space=None, input_action_space=None, *,
                  lam: float = 0.0, mu: float = 0.0, **kwargs: Any) -> None:
@@ -56,7 +58,7 @@ class LagrangianReward(ConnectorV2):
                 continue
             reward = (info["quality"] - info.get("baseline", 0.0)
                       - self.lam * info["cost"] * info["weight"] - info.get("toll", 0.0)
-                      + self.mu * info.get("correct", 0.0))
+                      + self.mu * info.get("correct", 0.0)) / (1.0 + self.mu)
             sa.set_rewards(new_data=np.float32(reward), at_indices=-1)
             if sa.module_id == PLANNER or str(sa.agent_id).startswith("plan/"):
                 costs.append(float(info["cost"]))
