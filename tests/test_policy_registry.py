@@ -1,0 +1,127 @@
+"""The policy registry (no Ray): register, promote, rollback, pin; corrupt or mismatched
+candidates refused with one line while the incumbent stays active; the CLI over it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from inframind_ray.config import load_pool
+from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
+from inframind_ray.policy.registry import (
+    PolicyRegistry,
+    RegistryError,
+    VersionNotFound,
+    VersionState,
+)
+from inframind_ray.pools.cards import build_pool_info
+
+POOL = Path(__file__).parent / "pools" / "serve_test.yaml"
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return build_pool_info(load_pool(POOL))
+
+
+def _ckpt(pool, path: Path, seed: int) -> Path:
+    torch.manual_seed(seed)
+    return LearnedPolicy(pool, seed=seed, hidden=16).save(path)
+
+
+def test_promote_rollback_pin(pool, tmp_path):
+    """Seed, register, promote, roll back: states, the rollback target and the pinned version
+    follow; a pinned version refuses promote and rollback until unpinned."""
+    reg = PolicyRegistry(tmp_path / "reg")
+    assert reg.seed(DEFAULT_CHECKPOINT, pool) == "v0001"
+    assert reg.seed(DEFAULT_CHECKPOINT, pool) == "v0001"  # a seeded registry stays as it is
+    v2 = reg.register(_ckpt(pool, tmp_path / "a", 1), pool, parent="v0001", note="a").version
+    assert v2 == "v0002" and reg.state().states[v2] is VersionState.CANDIDATE
+    st = reg.promote(v2, pool)
+    assert (st.active, st.previous, st.states["v0001"]) == ("v0002", ["v0001"],
+                                                              VersionState.RETIRED)
+    # the served weights are the candidate's, not the seed's
+    served = reg.check(v2, pool)
+    want = load_file(tmp_path / "a" / "policy.safetensors")
+    assert torch.equal(served.planner.pi.weight, want["planner.pi.weight"])
+    st = reg.rollback(pool)
+    assert (st.active, st.previous) == ("v0001", [])
+    assert st.states[v2] is VersionState.RETIRED
+    with pytest.raises(RegistryError, match="no previous active version"):
+        reg.rollback(pool)
+
+    reg.promote(v2, pool)
+    with pytest.raises(RegistryError, match="not active"):
+        reg.pin("v0001")
+    reg.pin()
+    v3 = reg.register(_ckpt(pool, tmp_path / "b", 2), pool, parent=v2).version
+    for op in (lambda: reg.promote(v3, pool), lambda: reg.rollback(pool)):
+        with pytest.raises(RegistryError, match="v0002 is pinned: unpin it"):
+            op()
+    assert reg.state().active == v2
+    reg.unpin()
+    assert reg.promote(v3, pool).active == v3
+    rows = {v.meta.version: (v.state, v.pinned, v.meta.parent) for v in reg.list()}
+    assert rows == {"v0001": (VersionState.RETIRED, False, None),
+                    "v0002": (VersionState.RETIRED, False, "v0001"),
+                    "v0003": (VersionState.ACTIVE, False, "v0002")}
+    assert [e["op"] for e in reg.state().log] == [
+        "register", "promote", "register", "promote", "rollback", "promote", "pin", "register",
+        "unpin", "promote"]
+    with pytest.raises(VersionNotFound):
+        reg.promote("v0099", pool)
+
+
+def _break(kind: str, src: Path, pool) -> Path:
+    spec = json.loads((src / "spec.json").read_text())
+    if kind == "bad file":
+        (src / "policy.safetensors").write_bytes(b"not a tensor file")
+    elif kind == "spec format":
+        (src / "spec.json").write_text(json.dumps(spec | {"format": "inframind-policy-v9"}))
+    elif kind == "feature dims":
+        (src / "spec.json").write_text(json.dumps(spec | {"dims": spec["dims"] | {"sem": 1}}))
+    elif kind == "weights shape":
+        t = load_file(src / "policy.safetensors")
+        t["planner.pi.weight"] = torch.zeros(3, 3)
+        save_file(t, src / "policy.safetensors")
+    elif kind == "nan weight":
+        t = load_file(src / "policy.safetensors")
+        t["executor.v.2.bias"] = torch.full_like(t["executor.v.2.bias"], float("nan"))
+        save_file(t, src / "policy.safetensors")
+    return src
+
+
+@pytest.mark.parametrize("kind,why", [
+    ("bad file", "corrupt weights"), ("spec format", "unknown format"),
+    ("feature dims", "feature dims"), ("weights shape", "weights do not fit"),
+    ("nan weight", "is not finite")])
+def test_corrupt_or_mismatched_candidate_refused(pool, tmp_path, kind, why):
+    """A broken candidate is refused with one line naming the fault; the registry and its
+    active version are unchanged."""
+    reg = PolicyRegistry(tmp_path / "reg")
+    reg.seed(DEFAULT_CHECKPOINT, pool)
+    before = reg.state()
+    bad = _break(kind, _ckpt(pool, tmp_path / "c", 3), pool)
+    with pytest.raises(RegistryError, match=why) as e:
+        reg.register(bad, pool)
+    assert "\n" not in str(e.value)
+    assert reg.state() == before and reg.state().active == "v0001"
+
+
+def test_pool_too_large_and_files_changed_after_registration(pool, tmp_path):
+    """A pool the rows cannot hold is refused; a version whose files change after
+    registration is refused at promotion (digest), and the incumbent stays."""
+    reg = PolicyRegistry(tmp_path / "reg")
+    reg.seed(DEFAULT_CHECKPOINT, pool)
+    big = pool.__class__(models=tuple(pool.models) * 5)
+    with pytest.raises(RegistryError, match="pools of 1 to 8"):
+        reg.register(_ckpt(pool, tmp_path / "a", 1), big)
+    v2 = reg.register(_ckpt(pool, tmp_path / "b", 2), pool).version
+    (reg.path(v2) / "policy.safetensors").write_bytes(b"flipped bits")
+    with pytest.raises(RegistryError, match="digest mismatch"):
+        reg.promote(v2, pool)
+    assert reg.state().active == "v0001"
