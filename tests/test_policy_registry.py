@@ -125,3 +125,49 @@ def test_pool_too_large_and_files_changed_after_registration(pool, tmp_path):
     with pytest.raises(RegistryError, match="digest mismatch"):
         reg.promote(v2, pool)
     assert reg.state().active == "v0001"
+
+
+def _cli(capsys, *args: str) -> tuple[int, str]:
+    """``inframind ARGS`` in this process (the real entry point and its error handling)."""
+    import sys
+
+    from inframind_ray.cli import main
+
+    argv = sys.argv
+    sys.argv = ["inframind", *args]
+    try:
+        main()
+        rc = 0
+    except SystemExit as e:
+        rc = int(e.code or 0)
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def test_cli_register_promote_pin_rollback(pool, tmp_path, capsys):
+    """``inframind policy``: register, promote, pin, a refused promote (one line, exit 2), a
+    refused corrupt candidate, unpin, rollback, list as JSON."""
+    reg = tmp_path / "reg"
+    opts = ("-c", str(POOL), "--registry", str(reg))
+    assert _cli(capsys, "policy", "register", str(DEFAULT_CHECKPOINT), *opts)[0] == 0
+    assert _cli(capsys, "policy", "promote", "v0001", *opts)[0] == 0
+    good = _ckpt(pool, tmp_path / "good", 5)
+    assert _cli(capsys, "policy", "register", str(good), "--parent", "v0001", *opts)[0] == 0
+    rc, out = _cli(capsys, "policy", "promote", "v0002", *opts)
+    assert rc == 0 and "active v0002; rollback target v0001" in out
+    assert _cli(capsys, "policy", "pin", *opts)[0] == 0
+    rc, out = _cli(capsys, "policy", "rollback", *opts)
+    assert rc == 2 and out.strip() == "error: v0002 is pinned: unpin it before you roll back"
+    bad = _break("bad file", _ckpt(pool, tmp_path / "bad", 6), pool)
+    rc, out = _cli(capsys, "policy", "register", str(bad), *opts)
+    assert rc == 2 and out.count("\n") == 1 and "corrupt weights" in out
+    assert _cli(capsys, "policy", "unpin", *opts)[0] == 0
+    assert _cli(capsys, "policy", "rollback", *opts)[0] == 0
+    rc, out = _cli(capsys, "policy", "list", "--json", *opts)
+    listed = json.loads(out)
+    assert (listed["active"], listed["pinned"]) == ("v0001", None)
+    assert [v["state"] for v in listed["versions"]] == ["active", "retired"]
+    rc, out = _cli(capsys, "policy", "promote", "v0042", *opts)
+    assert rc == 2 and "no policy version 'v0042'" in out
