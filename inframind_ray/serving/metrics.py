@@ -38,7 +38,7 @@ class OrchestratorMetrics:
         self._version_tags: dict | None = None
         self.version = Gauge("inframind_policy_version_info",
                              "1 for the registry version the learned policy serves",
-                             tag_keys=("version", "pinned"))
+                             tag_keys=("policy_version", "pinned"))
         self.calls = Counter("inframind_agent_calls_total", "agent calls, by model and status",
                              tag_keys=("model", "strategy", "status"))
         self.call_latency = Histogram("inframind_agent_call_latency_s",
@@ -55,7 +55,8 @@ class OrchestratorMetrics:
     def set_version(self, version: str | None, pinned: bool) -> None:
         """The learned policy's registry version and pinned flag now (the previous pair, if
         different, drops to 0)."""
-        tags = None if version is None else {"version": version, "pinned": str(pinned).lower()}
+        tags = (None if version is None
+                else {"policy_version": version, "pinned": str(pinned).lower()})
         last = self._version_tags
         if last is not None and last != tags:
             self.version.set(0.0, tags=last)
