@@ -171,3 +171,17 @@ def test_cli_register_promote_pin_rollback(pool, tmp_path, capsys):
     assert [v["state"] for v in listed["versions"]] == ["active", "retired"]
     rc, out = _cli(capsys, "policy", "promote", "v0042", *opts)
     assert rc == 2 and "no policy version 'v0042'" in out
+
+
+def test_registry_dir_validated_at_load(tmp_path):
+    """A deployment file whose registry_dir is a file is refused at load, naming the field."""
+    import yaml
+
+    from inframind_ray.errors import ConfigError
+
+    cfg = yaml.safe_load(POOL.read_text())
+    (tmp_path / "a_file").write_text("x")
+    cfg["serving"]["registry_dir"] = str(tmp_path / "a_file")
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match="registry_dir: .* exists and is not a folder"):
+        load_pool(tmp_path / "pool.yaml")

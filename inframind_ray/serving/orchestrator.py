@@ -445,8 +445,10 @@ class Orchestrator:
             "preemptions": res.preemptions})
 
     # ------------------------------------------------------------------ overhead
-    async def measure_overhead(self, n: int, model: str, warmup: int = 20) -> dict:
-        """Bare deployment-handle hops vs orchestrated agent steps, interleaved (ms)."""
+    async def measure_overhead(self, n: int, model: str, warmup: int = 20,
+                               rollouts: bool = False) -> dict:
+        """Bare deployment-handle hops vs orchestrated agent steps, interleaved (ms); with
+        ``rollouts``, also the learned policy's steps with rollout recording off vs on."""
         backend = self._backend()
         handle = backend.handles[model]
         policy = _FixedModel(self.pool_info, model)
@@ -475,7 +477,51 @@ class Orchestrator:
         out["added_p99_ms"] = round(out["step_p99_ms"] - out["bare_hop_p99_ms"], 3)
         out["paired_added_p50_ms"] = round(statistics.median(diff), 3)
         out["paired_added_p99_ms"] = pct(diff, 99)
+        if rollouts:
+            out["rollouts"] = await self._measure_recording(n, warmup, pct)
         return out
+
+    async def _measure_recording(self, n: int, warmup: int, pct) -> dict:  # noqa: ANN001
+        """The learned policy's queries with rollout recording off and on, interleaved (its own
+        plans, so a query may have several agent steps): the added milliseconds per agent step,
+        row building and the Parquet writes (to a temporary folder) included."""
+        import tempfile
+
+        from inframind_ray.policy.recording import RecordingPolicy
+
+        policy = self._policy(LearnedPolicy.name)
+        if not isinstance(policy, LearnedPolicy):
+            return {"error": f"the learned policy does not serve: {self.policy_status}"}
+        backend = self._backend()
+        off, on, added, decisions = [], [], [], 0
+        with tempfile.TemporaryDirectory() as tmp:
+            rec = RolloutRecorder(tmp, self.cfg.serving.rollouts)
+            for i in range(n + warmup):
+                q = QueryInfo(f"rec-off-{i}", "ping", 60.0, WALL_CLOCK.now())
+                t = time.perf_counter()
+                r_off = await run_query(q, policy, backend, self.loads.system_state,
+                                        clock=WALL_CLOCK)
+                t_off = (time.perf_counter() - t) * 1e3 / len(r_off.steps)
+                q = QueryInfo(f"rec-on-{i}", "ping", 60.0, WALL_CLOCK.now())
+                t = time.perf_counter()
+                ep = rec.start(q, "measure", (0, 0, 0))
+                r_on = await run_query(q, RecordingPolicy(policy, rec.sink(ep)), backend,
+                                       self.loads.system_state, clock=WALL_CLOCK)
+                rec.finish(ep, r_on, None)
+                t_on = (time.perf_counter() - t) * 1e3 / len(r_on.steps)
+                if i >= warmup:
+                    off.append(t_off)
+                    on.append(t_on)
+                    added.append(t_on - t_off)
+                    decisions += 1 + len(r_on.steps)
+            rec.flush()
+            files = len(rec.written)
+        return {"n": n, "step_off_p50_ms": round(statistics.median(off), 3),
+                "step_on_p50_ms": round(statistics.median(on), 3),
+                "added_per_step_p50_ms": round(statistics.median(added), 3),
+                "added_per_step_p99_ms": pct(added, 99),
+                "decisions_per_query": round(decisions / n, 2), "parquet_files": files,
+                "flush_rows": self.cfg.serving.rollouts.flush_rows}
 
 
 class _FixedModel(Policy):
