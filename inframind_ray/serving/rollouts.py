@@ -207,8 +207,9 @@ class RolloutRecorder:
 
     def flush(self) -> list[Path]:
         """Write every non-empty buffer as one Parquet file (decisions, then rollouts, then
-        feedback). A failed write keeps the rows for the next flush, up to
-        ``MAX_BUFFERED_FACTOR * flush_rows``; past that the oldest are dropped and counted."""
+        feedback). A failed write stops the flush (no rollout row before its decisions) and
+        keeps the rows for the next one, up to ``MAX_BUFFERED_FACTOR * flush_rows`` a table;
+        past that the oldest are dropped and counted."""
         out = []
         for kind, schema in SCHEMAS.items():
             rows = self.buffers[kind]
@@ -224,10 +225,11 @@ class RolloutRecorder:
             except OSError:
                 self.counts["write_errors"] += 1
                 cap = MAX_BUFFERED_FACTOR * self.cfg.flush_rows
-                if len(rows) > cap:
-                    self.counts["dropped_rows"] += len(rows) - cap
-                    del rows[:len(rows) - cap]
-                continue
+                for kept in self.buffers.values():
+                    if len(kept) > cap:
+                        self.counts["dropped_rows"] += len(kept) - cap
+                        del kept[:len(kept) - cap]
+                break
             self._part += 1
             rows.clear()
             out.append(path)
