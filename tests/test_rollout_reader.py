@@ -11,56 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
+from live_data import serve_queries, shipped_policy
 
-from inframind_ray.config import RolloutConfig, load_pool
-from inframind_ray.core.request import RequestStatus
-from inframind_ray.core.topology import build_graph
-from inframind_ray.core.types import LoadSnapshot, StepContext, SystemState
+from inframind_ray.config import RolloutConfig
 from inframind_ray.learning.rollout_reader import Ledger, RolloutReader
-from inframind_ray.orchestration.runner import AgentResult, QueryResult
-from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
-from inframind_ray.policy.recording import RecordingPolicy
-from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.serving.rollouts import RolloutRecorder
-from inframind_ray.tasks.registry import family
 
-POOL = Path(__file__).parent / "pools" / "serve_test.yaml"
 LEARNER = Path(__file__).parent / "rollout_learner.py"
 
 
 @pytest.fixture(scope="module")
 def served():
     """The shipped learned policy on the test pool."""
-    pool = build_pool_info(load_pool(POOL))
-    return pool, LearnedPolicy.load(DEFAULT_CHECKPOINT, pool)
-
-
-def serve_queries(rec: RolloutRecorder, served, first: int, n: int) -> list[str]:
-    """``n`` MMLU-Pro queries decided by the learned policy through a RecordingPolicy (its real
-    observations, actions, log-probabilities), every call answered in 0.5 s; the
-    recorder's episodes are finished and flushed. Returns their rollout ids."""
-    pool, policy = served
-    fam = family("mmlu_pro")
-    items = fam.split_ids("test")
-    ids = []
-    for i in range(first, first + n):
-        now = time.time()
-        q = fam.query(int(items[i % len(items)]), f"q{i}", 30.0, now)
-        ep = rec.start(q, "v0001", (0, 0, 0))
-        rp = RecordingPolicy(policy, rec.sink(ep))
-        state = SystemState(now, {m: LoadSnapshot(m, timestamp=now) for m in pool.names})
-        plan = rp.plan(q, state)
-        graph = build_graph(plan)
-        steps = []
-        for node in graph.nodes:
-            d = rp.decide(StepContext(q, plan, node, graph.remaining_depth(node.id), now, state))
-            steps.append(AgentResult(node.id, node.role, node.kind.value, d.model, d.strategy,
-                                     RequestStatus.FINISHED, "The answer is (A)", now, now + 0.5,
-                                     first_token=now + 0.1, prompt_tokens=50, output_tokens=9))
-        rec.finish(ep, QueryResult(q, plan, steps, answer="A", end=now + 0.5), correct=True)
-        ids.append(ep.rollout_id)
-    rec.flush()
-    return ids
+    return shipped_policy()
 
 
 def test_whole_episodes_feedback_duplicates_and_age(served, tmp_path):

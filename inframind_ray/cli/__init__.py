@@ -19,7 +19,7 @@ from inframind_ray.errors import InframindError
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="InfraMind on Ray: infrastructure-aware multi-agent LLM orchestration.")
 
-for _command in (_bench.bench, _bench.capacity, _learn.train, _learn.train_speed,
+for _command in (_bench.bench, _bench.capacity, _learn.train, _learn.train_speed, _learn.learn,
                  _bench.predictors, _bench.pools, _bench.embed, _tasks.tasks, _tasks.grade,
                  _serve.serve, _serve.serve_config, _serve.kuberay, _serve.query, _serve.load,
                  _serve.calibrate,
