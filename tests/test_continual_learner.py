@@ -4,6 +4,7 @@ checkpoint; a second run resumes and trains only on rollouts not acknowledged.""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import yaml
 from live_data import POOL, serve_queries, shipped_policy
@@ -17,7 +18,11 @@ from inframind_ray.policy.registry import PolicyRegistry
 from inframind_ray.serving.rollouts import RolloutRecorder
 
 
+@pytest.mark.slow  # a local Ray and two RLlib algorithms: 45-90 s on the 2-core machine
 def test_learns_from_live_rollouts_and_resumes(tmp_path):
+    """PPO iterations on recorded rollouts (half of them scored useless by client feedback):
+    the candidate's parent and data window; trained weights; acknowledged rollouts; a restart
+    takes up from the ledger's checkpoint and trains on new rollouts only; nothing promoted."""
     served = shipped_policy()
     pool = served[0]
     records, reg = tmp_path / "rec", PolicyRegistry(tmp_path / "reg")
