@@ -153,6 +153,8 @@ class LiveRolloutEnvRunner(DecisionEnvRunner):
         if policy is None:
             src.counts["unknown_version"] += 1
             return None
+        correct = float(ep.feedback if ep.feedback is not None
+                        else bool(ep.rollout["correct"]))  # right, in budget or not
         plan = plan_of(ep.decisions[0]["action"])
         graph = build_graph(plan)
         rows = {}
@@ -171,7 +173,8 @@ class LiveRolloutEnvRunner(DecisionEnvRunner):
                       else 1.0)
             rows[aid] = (obs, d["action"], np.float32(d["logp"]), logits,
                          {"quality": float(quality), "cost": float(ep.rollout["latency_cost"]),
-                          "weight": weight, "baseline": 0.0, "toll": 0.0})
+                          "weight": weight, "baseline": 0.0, "toll": 0.0,
+                          "correct": correct})
         ma = MultiAgentEpisode(agent_to_module_mapping_fn=self.config.policy_mapping_fn)
         ma.add_env_reset(observations={a: r[0] for a, r in rows.items()},
                          infos={a: {} for a in rows})
@@ -230,10 +233,11 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
     runner.source = source
     _set_learner_nets(algo, {PLANNER: start.planner.state_dict(),
                              EXECUTOR: start.executor.state_dict()})
-    if "lambda" in ledger.payload:
-        lam = float(ledger.payload["lambda"])
-        algo.learner_group.foreach_learner(lambda lr: setattr(lr, "lam", lam)
-                                           or setattr(lr.reward_piece, "lam", lam))
+    for key, attr in (("lambda", "lam"), ("mu", "mu")):  # the multipliers of the last commit
+        if key in ledger.payload:
+            v = float(ledger.payload[key])
+            algo.learner_group.foreach_learner(
+                lambda lr, a=attr, v=v: setattr(lr, a, v) or setattr(lr.reward_piece, a, v))
     n = iterations if iterations is not None else cfg.ppo.iterations
     row: dict = {}
     it = int(ledger.payload.get("iteration", 0))
@@ -250,9 +254,10 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
             used, source.used = source.used, []
             batch = RolloutBatch(f"iter_{it}", [e for b in source.taken for e in b.episodes])
             source.taken = []
-            lam = next(iter(algo.learner_group.foreach_learner(lambda lr: lr.lam))).get()
+            lam, mu = next(iter(algo.learner_group.foreach_learner(
+                lambda lr: (lr.lam, lr.mu)))).get()
             ledger.commit(batch, {"iteration": it, "checkpoint": str(ckpt.resolve()),
-                                  "parent": parent, "lambda": lam})
+                                  "parent": parent, "lambda": lam, "mu": mu})
             ends = [e.rollout["end_epoch"] for e in used]
             versions = collections.Counter(e.rollout["policy_version"] for e in used)
             meta = registry.register(
