@@ -185,3 +185,20 @@ def test_registry_dir_validated_at_load(tmp_path):
     (tmp_path / "pool.yaml").write_text(yaml.safe_dump(cfg))
     with pytest.raises(ConfigError, match="registry_dir: .* exists and is not a folder"):
         load_pool(tmp_path / "pool.yaml")
+
+
+def test_orchestrator_says_when_the_registry_overrides_policy_checkpoint(pool, tmp_path):
+    """A registry seeded before serves its active version; a different policy_checkpoint in the
+    deployment file is named in /v1/state's policy_note instead of being silently ignored."""
+    from inframind_ray.serving.orchestrator import Orchestrator
+
+    cfg = load_pool(POOL)
+    reg = PolicyRegistry(tmp_path / "reg")
+    reg.seed(DEFAULT_CHECKPOINT, pool)
+    other = _ckpt(pool, tmp_path / "other", 4)
+    serving = cfg.serving.model_copy(update={
+        "records_dir": str(tmp_path / "rec"), "registry_dir": str(reg.root),
+        "policy_checkpoint": str(other), "embed": False})
+    st = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump()).state()
+    assert st["policy_version"] == "v0001" and st["policy_status"] == "ok"
+    assert f"policy_checkpoint {other} is not what serves" in st["policy_note"]

@@ -63,6 +63,7 @@ class Orchestrator:
         self.registry = PolicyRegistry(Path(s.registry_dir).expanduser())
         self.policy_version: str | None = None  # the registry version the learned policy is
         self._registry_stamp = -1  # registry.json's stamp when last read (_sync_registry)
+        self.policy_note: str | None = None  # a configured checkpoint the registry overrides
         self.policies: dict[str, Policy] = {}
         self.default_policy = s.default_policy
         self.policy_status = "ok"
@@ -109,6 +110,12 @@ class Orchestrator:
             raise CheckpointError(str(e)) from None
         self.policy_version = active
         self._registry_stamp = self.registry.stamp()
+        ckpt = self.cfg.serving.policy_checkpoint
+        if ckpt and str(Path(ckpt).resolve()) != self.registry.meta(active).source:
+            self.policy_note = (f"serving.policy_checkpoint {ckpt} is not what serves: the "
+                                f"registry's active version {active} is (the setting only "
+                                "seeds an empty registry; register and promote it)")
+            log.warning("%s", self.policy_note)
         return policy
 
     def _sync_registry(self) -> None:
@@ -205,6 +212,7 @@ class Orchestrator:
                 "policy_status": self.policy_status,
                 "stale_after_s": self.cfg.serving.stale_after_s, "counters": dict(self.counters),
                 "policy_version": self.policy_version, "policy_pinned": self._pinned(),
+                "policy_note": self.policy_note,
                 "rollouts": self.rollouts.describe()}
 
     # ------------------------------------------------------------------ policy registry
