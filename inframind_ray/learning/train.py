@@ -114,9 +114,11 @@ def start_ray() -> None:
                  include_dashboard=False, log_to_driver=False, configure_logging=False)
 
 
-def build_algo(cfg: TrainConfig, env=None):
+def build_algo(cfg: TrainConfig, env=None, env_runner_cls=None):
     """The RLlib PPO algorithm: two modules, the Lagrangian learner, local sampling. ``env`` (an
-    env of the same config) only lends its spaces; one is built when not given."""
+    env of the same config) only lends its spaces; one is built when not given.
+    ``env_runner_cls`` replaces the sampler's runner (the live rollouts' runner of
+    learning/continual.py)."""
     import torch
     from ray.rllib.algorithms.ppo import PPOConfig
 
@@ -145,8 +147,9 @@ def build_algo(cfg: TrainConfig, env=None):
         .env_runners(num_env_runners=p.num_env_runners,
                      num_envs_per_env_runner=p.num_envs_per_env_runner,
                      batch_mode="complete_episodes", rollout_fragment_length="auto",
-                     **({"env_runner_cls": DecisionEnvRunner, "episodes_to_numpy": False}
-                        if p.sampler == "decisions" else {}))
+                     **({"env_runner_cls": env_runner_cls or DecisionEnvRunner,
+                         "episodes_to_numpy": False}
+                        if p.sampler == "decisions" or env_runner_cls else {}))
         .training(
             lr=p.lr, train_batch_size_per_learner=p.train_batch_size,
             minibatch_size=p.minibatch_size, num_epochs=p.num_epochs,
