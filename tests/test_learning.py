@@ -110,9 +110,9 @@ def test_lagrangian_reward_and_lambda_rises(hot_algo):
 
 
 def test_accuracy_floor_adds_mu_correct_and_mu_rises(hot_algo):
-    """LAMaS's accuracy floor: the reward gains ``mu * correct`` (all over 1 + mu); with a floor S0 = 1 (above any
-    batch's accuracy) one update raises mu from 0, logs it and keeps it in the learner's state;
-    without a floor mu stays 0."""
+    """LAMaS's accuracy floor: the reward gains ``mu * correct`` (all over 1 + mu); with a floor
+    S0 = 1 (above any batch's accuracy) one update raises mu from 0, logs it and keeps it in the
+    learner's state; without a floor mu stays 0."""
     episodes = hot_algo.env_runner.sample(num_episodes=1, explore=True)
     piece = LagrangianReward(lam=0.5, mu=2.0)
     piece(rl_module=None, batch={}, episodes=episodes)
