@@ -222,3 +222,57 @@ def test_router_counts_its_sends_since_each_replica_report():
     router.on_request_completed(reps[2].replica_id, "x")  # c's oldest send ends now
     assert router.snapshot(reps[2]).waiting == 1
     assert asyncio.run(router.choose_replicas(reps))[0] == [reps[2]]
+
+
+# LAMaS's execution controller on both clocks: MoA on this pool is two proposers ("big",
+# "small") and an aggregator ("big"); each query runs alone with a loose budget, so the
+# controller's inputs differ across the planes only by the load snapshots' age.
+CONTROLLED_ITEMS = (80, 81, 82, 83)
+
+
+def _controlled(res) -> tuple:
+    """What the controller did to one query: stopped, cancelled nodes, answer, decisions."""
+    return (res["stopped_early"], tuple(res["cancelled"]), res["answer"],
+            tuple((d["node"], d["stop"]) for d in res["decisions"]))
+
+
+def _twin_controlled(cfg: PoolConfig) -> list[tuple]:
+    from inframind_ray.orchestration.controller import ExecutionController
+
+    info, task = build_pool_info(cfg), mmlu_pro()
+    policy = make_policy("moa", info, 0)
+    outcome = OutcomeModel({m.name: m.recorded for m in cfg.models})
+    ctl = ExecutionController.load()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        engines = build_engines(cfg)
+        backend, state = TwinBackend(engines, outcome), TwinLoadView(engines)
+        out = []
+        for item in CONTROLLED_ITEMS:
+            q = task.query(item, f"c{item}", 600, loop.time())
+            r = await run_query(q, policy, backend, state, controller=ctl)
+            out.append({"stopped_early": r.stopped_early, "cancelled": r.cancelled,
+                        "answer": r.answer, "decisions": [
+                            {"node": d.node_id, "stop": d.stop} for d in r.decisions]})
+            await asyncio.sleep(1.0)
+        return out
+
+    return [_controlled(r) for r in run_simulated(main())[0]]
+
+
+def test_controller_makes_the_same_decisions_in_twin_and_serve(cfg, session):
+    """MoA with the controller on, item by item: the same decisions at the same nodes, the
+    same cancelled nodes and the same answer in the twin and on Ray Serve (twin engines), and
+    the items include a stopped query and one that ran to its end."""
+    twin = _twin_controlled(cfg)
+    assert {t[0] for t in twin} == {True, False}, twin
+    wait_idle(session, 30.0, strict=True)
+    served = []
+    for item in CONTROLLED_ITEMS:
+        code, out = _post(session, {"item_id": item, "budget_s": 600, "policy": "moa",
+                                    "controller": "on", "query_id": f"c{item}"})
+        assert code == 200, out
+        served.append(_controlled({**out["controller"], "answer": out["answer"]}))
+        wait_idle(session, 10.0)
+    assert served == twin
