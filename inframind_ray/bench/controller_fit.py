@@ -34,7 +34,8 @@ class FitSpec:
     pool_source: str = "constrained"
     policies: tuple[str, ...] = ("moa", "infra-topology", "inframind", "random")
     rates: tuple[float, ...] = (10.0, 20.0, 30.0, 60.0, 100.0, 150.0, 190.0)
-    duration_s: float = 120.0
+    queries: int | None = None  # per cell, the same at every rate (None: rate x duration)
+    duration_s: float | None = 120.0  # simulated seconds of arrivals per cell
     tasks: tuple[tuple[str, float], ...] = MIXED
     seed: int = 0
     val_seed: int = 1
@@ -50,7 +51,7 @@ class FitSpec:
 def collect(spec: FitSpec, split: str, seed: int, jobs: int | None, progress: bool
             ) -> list[dict]:
     """Trace rows of ``record`` cells on one split."""
-    sweep = SweepSpec(spec.pool, spec.pool_source, spec.policies, spec.rates, None,
+    sweep = SweepSpec(spec.pool, spec.pool_source, spec.policies, spec.rates, spec.queries,
                       split=split, seed=seed, tasks=spec.tasks, duration_s=spec.duration_s,
                       controllers=("record",))
     results, _ = run_sweep(sweep, jobs, progress)
@@ -194,7 +195,8 @@ def report(spec: FitSpec, model: ControllerModel, train: list[dict], val: list[d
     """The fit's report.json: settings, then the error on train and validation traces."""
     return {
         "pool": spec.pool_source, "policies": list(spec.policies), "rates": list(spec.rates),
-        "duration_s": spec.duration_s, "tasks": dict(spec.tasks),
+        "queries_per_cell": spec.queries, "duration_s": spec.duration_s,
+        "tasks": dict(spec.tasks),
         "seeds": {"train": spec.seed, "val": spec.val_seed},
         "reward": {"lam": spec.reward.lam, "mu": spec.reward.mu},
         "mlp": {"hidden": [spec.hidden, spec.hidden], "max_epochs": spec.epochs,

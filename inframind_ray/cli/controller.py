@@ -26,8 +26,12 @@ def fit(
         help="arrival rates (req/min) of the traced cells, comma-separated (the constrained "
              "pool's capacity on the mixed workload is 189 req/min, docs/pools.md)")] = (
         "10,20,30,60,100,150,190"),
-    duration: Annotated[float, typer.Option(
-        help="simulated seconds of arrivals per traced cell (rate x duration queries)")] = 120.0,
+    duration: Annotated[float | None, typer.Option(
+        help="simulated seconds of arrivals per traced cell: rate x duration queries, so the "
+             "high rates give most traces [default: 120 unless --queries is given]")] = None,
+    queries: Annotated[int | None, typer.Option(
+        help="instead of --duration: this many queries per traced cell at every rate (each "
+             "load level weighs the same; docs/controller.md compares the two)")] = None,
     epochs: Annotated[int, typer.Option(
         help="most training epochs (Adam, MSE, minibatch 512; stops early once the MSE on 20 % "
              "of the TRAIN queries held out stops falling for 20 epochs)")] = 300,
@@ -47,7 +51,8 @@ def fit(
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
     """Trace full-graph executions in the twin on the TRAIN split of the mixed workload
-    (gsm8k=0.4, mmlu_pro=0.3, math=0.1, humaneval=0.1, mbpp=0.1), one cell per policy and rate;
+    (gsm8k=0.4, mmlu_pro=0.3, math=0.1, humaneval=0.1, mbpp=0.1), one cell per policy and
+    rate;
     at every finished-node prefix of a multi-agent query compute the realised control advantage
     (reward of stopping there with the vote over the finished answers minus that of the full
     execution); fit a small MLP to it by MSE regression, and report its error on traces of the
@@ -78,13 +83,19 @@ def fit(
     rate_vals = floats(rates, "rates")
     if not all(r > 0 for r in rate_vals):
         raise ConfigError("rates", "every rate must be > 0 req/min")
-    if not duration > 0:
+    if queries is not None and duration is not None:
+        raise ConfigError("duration", "give --queries or --duration, not both")
+    if duration is None and queries is None:
+        duration = 120.0
+    if duration is not None and not duration > 0:
         raise ConfigError("duration", f"must be > 0 seconds, got {duration:g}")
+    if queries is not None and queries < 1:
+        raise ConfigError("queries", f"must be >= 1, got {queries}")
     if epochs < 1 or hidden < 1:
         raise ConfigError("epochs" if epochs < 1 else "hidden", "must be >= 1")
     if mu < 0 or lam < 0:
         raise ConfigError("mu" if mu < 0 else "lam", "must be >= 0")
-    spec = FitSpec(load_pool(pool), pool, pols, rate_vals, duration, seed=seed,
+    spec = FitSpec(load_pool(pool), pool, pols, rate_vals, queries, duration, seed=seed,
                    val_seed=seed + 1, hidden=hidden, epochs=epochs,
                    reward=ControllerReward(lam, mu))
     import time
@@ -112,7 +123,8 @@ def fit(
             task, completed=e + 1, description=f"fitting (held-out MSE {loss:.4f})"))
     doc = report(spec, model, train, val, time.perf_counter() - t0)
     model.save(out, {"report": "report.json", "pool": pool, "policies": list(pols),
-                     "rates": list(rate_vals), "duration_s": duration, "seed": seed})
+                     "rates": list(rate_vals), "queries_per_cell": queries,
+                     "duration_s": duration, "seed": seed})
     (out / "report.json").write_text(json.dumps(doc, indent=1) + "\n")
     for name in ("train", "validation"):
         r = doc[name]
