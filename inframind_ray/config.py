@@ -218,6 +218,11 @@ class ServingConfig(BaseModel):
     orchestrator_max_restarts: int = Field(
         -1, ge=-1, description="times Ray restarts a dead orchestrator (-1: always)")
     embed: bool = Field(True, description="embed queries with MiniLM in the orchestrator")
+    controller: Literal["off", "on"] = Field(
+        "off", description="LAMaS's run-time execution controller for multi-agent plans "
+        "(docs/controller.md); a query's `controller` field overrides it")
+    controller_checkpoint: str | None = Field(
+        None, description="controller checkpoint folder (default: the shipped controller)")
 
     @field_validator("registry_dir")
     @classmethod

@@ -49,6 +49,7 @@ models:
     max_queue: 16
     replicas: 3
     engine: {kind: twin, time_scale: 12}
+    stand_ins: {gsm8k: Phi-3.5-mini-instruct}
 serving:
   port: 8766
   metrics_period_s: 0.25
@@ -70,7 +71,8 @@ def cfg(tmp_path_factory) -> PoolConfig:
     path.write_text(POOL)
     cfg = load_pool(path)
     return cfg.model_copy(update={"serving": cfg.serving.model_copy(update={
-        "records_dir": str(tmp_path_factory.mktemp("records"))})})
+        "records_dir": str(tmp_path_factory.mktemp("records")),
+        "controller_checkpoint": str(_agreement_controller(tmp_path_factory.mktemp("ctl")))})})
 
 
 @pytest.fixture(scope="module")
@@ -222,3 +224,75 @@ def test_router_counts_its_sends_since_each_replica_report():
     router.on_request_completed(reps[2].replica_id, "x")  # c's oldest send ends now
     assert router.snapshot(reps[2]).waiting == 1
     assert asyncio.run(router.choose_replicas(reps))[0] == [reps[2]]
+
+
+# LAMaS's execution controller on both clocks: MoA on this pool is two proposers ("big",
+# "small") and an aggregator ("big"); each GSM8K query runs alone. The controller is a
+# checkpoint in the shipped format whose delta is a rule on the agreement features (stop once
+# two answers agree, run on a split), far from its threshold: the shipped fitted controller's
+# deltas here sit within 0.01-0.02 of it and move with the load snapshots' KV usage
+# (docs/controller.md), which the two planes sample at different instants.
+CONTROLLED_ITEMS = (1, 134)  # the voters agree / split; their ends are >= 1.5 s apart
+
+
+def _agreement_controller(path: Path) -> Path:
+    """delta = top - 1.5 - 10 * (groups - 1) in answers: > 0 iff >= 2 answers, all agreeing."""
+    import numpy as np
+
+    from inframind_ray.orchestration.controller import FEATURE_NAMES, ControllerModel
+
+    n = len(FEATURE_NAMES)
+    w = np.zeros((n, 1), np.float32)
+    w[FEATURE_NAMES.index("top_count"), 0] = 6.0  # features hold counts / MAX_AGENTS (6)
+    w[FEATURE_NAMES.index("n_groups"), 0] = -60.0
+    return ControllerModel([(w, np.array([8.5], np.float32))], np.zeros(n, np.float32),
+                           np.ones(n, np.float32)).save(path)
+
+
+def _controlled(res) -> tuple:
+    """What the controller did to one query: stopped, cancelled nodes, answer, decisions."""
+    return (res["stopped_early"], tuple(res["cancelled"]), res["answer"],
+            tuple((d["node"], d["stop"]) for d in res["decisions"]))
+
+
+def _twin_controlled(cfg: PoolConfig) -> list[tuple]:
+    from inframind_ray.orchestration.controller import ExecutionController
+    from inframind_ray.tasks.registry import family
+
+    info, task = build_pool_info(cfg), family("gsm8k")
+    policy = make_policy("moa", info, 0)
+    outcome = OutcomeModel.for_models(cfg.models)
+    ctl = ExecutionController.load(cfg.serving.controller_checkpoint)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        engines = build_engines(cfg)
+        backend, state = TwinBackend(engines, outcome), TwinLoadView(engines)
+        out = []
+        for item in CONTROLLED_ITEMS:
+            q = task.query(item, f"c{item}", 60, loop.time())
+            r = await run_query(q, policy, backend, state, controller=ctl)
+            out.append({"stopped_early": r.stopped_early, "cancelled": r.cancelled,
+                        "answer": r.answer, "decisions": [
+                            {"node": d.node_id, "stop": d.stop} for d in r.decisions]})
+            await asyncio.sleep(1.0)
+        return out
+
+    return [_controlled(r) for r in run_simulated(main())[0]]
+
+
+def test_controller_makes_the_same_decisions_in_twin_and_serve(cfg, session):
+    """MoA with the controller on, item by item: the same decisions at the same nodes, the
+    same cancelled nodes and the same answer in the twin and on Ray Serve (twin engines), and
+    the items include a stopped query and one that ran to its end."""
+    twin = _twin_controlled(cfg)
+    assert {t[0] for t in twin} == {True, False}, twin
+    wait_idle(session, 30.0, strict=True)
+    served = []
+    for item in CONTROLLED_ITEMS:
+        code, out = _post(session, {"item_id": item, "task": "gsm8k", "budget_s": 60,
+                                    "policy": "moa", "controller": "on", "query_id": f"c{item}"})
+        assert code == 200, out
+        served.append(_controlled({**out["controller"], "answer": out["answer"]}))
+        wait_idle(session, 10.0)
+    assert served == twin

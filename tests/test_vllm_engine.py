@@ -199,3 +199,63 @@ def test_deadline_aborts(h: Harness) -> None:
     assert st.running == 0 and diag["unfinished"] == 0
     expired = h.run(h.engine.generate(_req("expired", 4, -1.0)))
     assert expired.status.api == "deadline" and expired.output_tokens == 0
+
+
+def test_controller_stop_aborts_in_vllm(h: Harness) -> None:
+    """The workflow runner on the real engine: two voters, one short and one long, then an
+    aggregator; a controller that stops at the first finished voter cancels the long call, whose
+    request vLLM aborts (its scheduler's running count back to 0, nothing unfinished), and the
+    aggregator is never sent."""
+    from inframind_ray.config import load_pool
+    from inframind_ray.core.clock import WALL_CLOCK
+    from inframind_ray.core.strategy import Strategy
+    from inframind_ray.core.topology import Plan, Topology
+    from inframind_ray.core.types import QueryInfo, StepDecision, SystemState
+    from inframind_ray.orchestration.controller import ControllerDecision
+    from inframind_ray.orchestration.runner import AgentResult, run_query
+    from inframind_ray.policy.base import Policy
+    from inframind_ray.pools.cards import build_pool_info
+
+    info = build_pool_info(load_pool("constrained"))
+    model = info.names[0]
+    long_tokens = min(600, info[model].cap(Strategy.DEEPTHINK))
+
+    class Voters(Policy):
+        def _plan(self, query, state):  # noqa: ANN001, ANN202
+            return Plan.make(Topology.DEBATE, 2, rounds=1)
+
+        def _decide(self, ctx):  # noqa: ANN001, ANN202
+            return StepDecision(model, Strategy.DEEPTHINK, long_tokens if ctx.node.slot == 1
+                                else 4)
+
+    class EngineBackend:  # agent calls straight to the engine (what a model replica does)
+        sent: list[str] = []
+
+        async def call(self, call):  # noqa: ANN001, ANN202
+            rid = f"{call.query.query_id}/{call.node.id}"
+            self.sent.append(rid)
+            t0 = time.time()
+            res = await h.engine.generate(GenerateRequest(rid, "the answer is", call.max_tokens,
+                                                          call.deadline))
+            return AgentResult(call.node.id, call.node.role, call.node.kind.value, call.model,
+                               call.strategy, res.status, "The answer is (A)", t0, time.time(),
+                               output_tokens=res.output_tokens)
+
+    class StopAtFirst:
+        def decide(self, node_id, inp):  # noqa: ANN001, ANN202
+            return ControllerDecision(node_id, 1.0, True)
+
+    backend = EngineBackend()
+
+    async def scenario():
+        q = QueryInfo("ctl", "ping", 600.0, time.time())
+        res = await run_query(q, Voters(info), backend, lambda: SystemState(time.time(), {}),
+                              clock=WALL_CLOCK, controller=StopAtFirst())
+        running = await _wait_for(lambda: h.engine.diagnostics()["sched_running"] == 0, 2.0)
+        return res, running, h.engine.stats(), h.engine.diagnostics()
+
+    res, drained, st, diag = h.run(scenario())
+    assert res.stopped_early and [s.node_id for s in res.steps] == [0]
+    assert res.cancelled == (1, 2) and res.cancelled_calls == (1,)
+    assert backend.sent == ["ctl/0", "ctl/1"]  # the aggregator was never sent
+    assert drained and st.running == 0 and diag["unfinished"] == 0

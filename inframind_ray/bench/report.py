@@ -18,9 +18,9 @@ from inframind_ray import assumptions as A  # noqa: E402
 from inframind_ray.bench.runner import CellResult  # noqa: E402
 from inframind_ray.bench.sweep import SweepSpec  # noqa: E402
 
-ROW_KEYS = ("policy", "scheduling", "rate_per_min", "load_factor", "n_queries", "goodput",
-            "accuracy", "slo_attainment", "latency_mean_s", "latency_p95_s", "latency_p99_s",
-            "model_mix", "strategy_mix", "topology_mix")
+ROW_KEYS = ("policy", "scheduling", "controller", "rate_per_min", "load_factor", "n_queries",
+            "goodput", "accuracy", "slo_attainment", "latency_mean_s", "latency_p95_s",
+            "latency_p99_s", "model_mix", "strategy_mix", "topology_mix")
 
 
 def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float,
@@ -41,6 +41,7 @@ def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float,
             "split": spec.split,
             "arrivals": spec.arrivals,
             "scheduling": list(spec.schedulings),
+            "controller": list(spec.controllers),
             "on_deadline": spec.pool.engine.on_deadline,
             "metrics_period_s": spec.metrics_period_s,
             "pool_history": spec.pool_history,
@@ -63,7 +64,8 @@ def write_outputs(out: Path, spec: SweepSpec, results: list[CellResult], wall_s:
                   capacity: dict | None = None) -> dict:
     """results.json, queries.parquet, calls.parquet, queue.parquet and plots under ``out``; with
     several schedulings also scheduling.png, scheduling.md (tables) and, in results.json, the
-    load each sustains at a latency over the first listed one's (``bench.scheduling``)."""
+    load each sustains at a latency over the first listed one's (``bench.scheduling``); with the
+    controller on and off, controller.png and controller.md (``bench.controller_report``)."""
     out.mkdir(parents=True, exist_ok=True)
     doc = results_json(spec, results, wall_s, capacity)
     if len(spec.schedulings) > 1:
@@ -72,6 +74,11 @@ def write_outputs(out: Path, spec: SweepSpec, results: list[CellResult], wall_s:
         doc["sustained_load"] = speedups(doc, spec.schedulings[0])
         plot_schedulings(out, doc)
         (out / "scheduling.md").write_text(markdown(doc))
+    if {"on", "off"} <= set(spec.controllers):
+        from inframind_ray.bench import controller_report
+
+        controller_report.plot(out, doc)
+        (out / "controller.md").write_text(controller_report.markdown(doc))
     (out / "results.json").write_text(json.dumps(doc, indent=2))
     pq.write_table(pa.Table.from_pylist([q for r in results for q in r.queries]),
                    out / "queries.parquet")
@@ -86,15 +93,18 @@ def write_outputs(out: Path, spec: SweepSpec, results: list[CellResult], wall_s:
     return doc
 
 
-def series(policy: str, scheduling: str | None, rows: list[dict]) -> str:
-    """A row's line in plots and tables: its policy, and its scheduling when the rows have
-    several."""
-    many = len({r["scheduling"] for r in rows}) > 1
-    return f"{policy} · {scheduling}" if many else policy
+def series(policy: str, scheduling: str | None, rows: list[dict],
+           controller: str | None = None) -> str:
+    """A row's line in plots and tables: its policy, and its scheduling (controller) when the
+    rows have several."""
+    out = f"{policy} · {scheduling}" if len({r["scheduling"] for r in rows}) > 1 else policy
+    if len({r.get("controller") for r in rows}) > 1:
+        out += f" · controller {controller}"
+    return out
 
 
 def _series(r: dict, rows: list[dict]) -> str:
-    return series(r["policy"], r["scheduling"], rows)
+    return series(r["policy"], r["scheduling"], rows, r.get("controller"))
 
 
 def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
@@ -134,7 +144,7 @@ def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
             lat = np.sort([q["latency_s"] for q in r.queries if q["status"] != "timed_out"])
             if len(lat):
                 ax.plot(lat, np.arange(1, len(lat) + 1) / len(r.queries),
-                        label=series(r.spec.policy, r.spec.scheduling, rows))
+                        label=series(r.spec.policy, r.spec.scheduling, rows, r.spec.controller))
         ax.set_xscale("log")
         ax.set_xlabel("query latency (s, log)")
         ax.set_ylabel("fraction of queries")
@@ -154,7 +164,8 @@ def plot_all(out: Path, doc: dict, results: list[CellResult]) -> None:
     for ax, r in zip(axes.flat, cells, strict=False):
         for m, s in r.queue.items():
             ax.plot([t for t, _, _ in s], [w for _, w, _ in s], label=m, lw=1)
-        ax.set_title(f"{series(r.spec.policy, r.spec.scheduling, rows)} @ {top:g} req/min",
+        ax.set_title(f"{series(r.spec.policy, r.spec.scheduling, rows, r.spec.controller)} "
+                     f"@ {top:g} req/min",
                      fontsize=9)
         ax.set_xlabel("simulated time (s)")
         ax.grid(alpha=0.3)
@@ -228,11 +239,15 @@ def table(doc: dict) -> Table:
     t = Table(title=f"twin bench: pool={doc['meta']['pool']} split={doc['meta']['split']} "
                     f"seed={doc['meta']['seed']}")
     by_load = any(r.get("load_factor") is not None for r in doc["rows"])
-    for col in ("policy", "scheduling", "rate/min", *(("load",) if by_load else ()), "queries",
-                "goodput", "accuracy", "SLO", "lat mean", "p95", "p99", "calls/q", "timed out"):
-        t.add_column(col, justify="right" if col not in ("policy", "scheduling") else "left")
+    ctl = len({r.get("controller") for r in doc["rows"]}) > 1
+    for col in ("policy", "scheduling", *(("controller",) if ctl else ()), "rate/min",
+                *(("load",) if by_load else ()), "queries", "goodput", "accuracy", "SLO",
+                "lat mean", "p95", "p99", "calls/q", "timed out"):
+        t.add_column(col, justify="right" if col not in ("policy", "scheduling", "controller")
+                     else "left")
     for r in doc["rows"]:
-        t.add_row(r["policy"], r["scheduling"], f"{r['rate_per_min']:g}",
+        t.add_row(r["policy"], r["scheduling"], *((r["controller"],) if ctl else ()),
+                  f"{r['rate_per_min']:g}",
                   *((f"{r['load_factor']:g}",) if by_load else ()), str(r["n_queries"]),
                   f"{r['goodput']:.3f}",
                   f"{r['accuracy']:.3f}", f"{r['slo_attainment']:.3f}",

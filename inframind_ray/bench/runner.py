@@ -40,6 +40,9 @@ class CellSpec:
     pool_history: bool = False  # models start with a past load's latency EWMAs (seeded)
     load_factor: float | None = None  # the rate over the pool's measured capacity, if known
     deadlines: bool = True  # False: budget-free, calls carry no deadline (latency only)
+    controller: str = "off"  # on: LAMaS's run-time controller (controller_checkpoint or the
+    # shipped one); record: never stops, records its inputs and the realised delta (fitting)
+    controller_checkpoint: str | None = None
 
 
 @dataclass
@@ -53,6 +56,7 @@ class CellResult:
     summary: dict = field(default_factory=dict)
     wall_s: float = 0.0
     simulated_s: float = 0.0
+    traces: list[dict] = field(default_factory=list)  # controller fitting rows (record mode)
 
 
 _OUTCOMES: dict[tuple, OutcomeModel] = {}
@@ -80,6 +84,15 @@ def run_cell(spec: CellSpec) -> CellResult:
         checkpoint=spec.checkpoint,
     )
     abort = spec.pool.engine.on_deadline == "abort"
+    controller = None
+    if spec.controller == "on":
+        from inframind_ray.orchestration.controller import ExecutionController
+
+        controller = ExecutionController.load(spec.controller_checkpoint)
+    elif spec.controller == "record":
+        from inframind_ray.bench.controller_traces import TraceRecorder
+
+        controller = TraceRecorder()
     horizon = queries[-1].arrival_s + HORIZON_FACTOR * max(q.budget_s for q in queries)
     result = CellResult(spec)
 
@@ -110,7 +123,7 @@ def run_cell(spec: CellSpec) -> CellResult:
             arrived.append(q)
             tasks.append(loop.create_task(
                 run_query(q, policy, backend, state, abort_on_deadline=abort,
-                          deadlines=spec.deadlines)))
+                          deadlines=spec.deadlines, controller=controller)))
         await asyncio.wait(tasks, timeout=max(0.0, horizon - loop.time()))
         out: list[QueryResult | QueryInfo] = []
         for q, t in zip(arrived, tasks, strict=True):
@@ -132,6 +145,9 @@ def run_cell(spec: CellSpec) -> CellResult:
     outs, result.simulated_s = run_simulated(main())
     for o in outs:
         _record(result, o, outcome, spec)
+    if spec.controller == "record":
+        result.traces = [{"policy": spec.policy, "rate_per_min": spec.workload.rate_per_min,
+                          **row} for row in controller.rows(outs, outcome)]
     result.wall_s = time.perf_counter() - wall0
     result.summary.update(summarize(result))
     return result
@@ -140,14 +156,15 @@ def run_cell(spec: CellSpec) -> CellResult:
 def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeModel,
             spec: CellSpec) -> None:
     base = {"policy": spec.policy, "scheduling": spec.scheduling,
-            "rate_per_min": spec.workload.rate_per_min}
+            "controller": spec.controller, "rate_per_min": spec.workload.rate_per_min}
     if isinstance(o, QueryInfo):
         result.queries.append({**base, "query_id": o.query_id, "item_id": o.item_id,
                                "task": o.task, "category": o.category, "arrival_s": o.arrival_s,
                                "budget_s": o.budget_s, "latency_s": float("nan"),
                                "status": "timed_out", "answer": None, "correct": False,
                                "within_budget": False, "topology": None, "k": 0, "n_calls": 0,
-                               "critical_path": 0})
+                               "critical_path": 0, "n_nodes": 0, "stopped_early": False,
+                               "n_cancelled": 0, "n_cancelled_calls": 0})
         return
     q = o.query
     correct = outcome.is_correct(q.item_id, o.answer, q.task)
@@ -159,6 +176,8 @@ def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeMode
         "status": o.status.api, "answer": o.answer, "correct": correct,
         "within_budget": o.within_budget, "topology": o.plan.topology.value, "k": o.plan.k,
         "n_calls": len(o.steps), "critical_path": graph.critical_path_len,
+        "n_nodes": len(graph.nodes), "stopped_early": o.stopped_early,
+        "n_cancelled": len(o.cancelled), "n_cancelled_calls": len(o.cancelled_calls),
     })
     for s in o.steps:
         result.calls.append({
@@ -197,6 +216,28 @@ def _rates(qs: list[dict]) -> dict[str, float]:
             "slo_attainment": round(sum(q["within_budget"] for q in qs) / n, 4)}
 
 
+def controller_terms(qs: list[dict]) -> dict:
+    """The execution controller's effect on query rows: multi-agent queries, their mean
+    latency, the share stopped early, and the share of their agent calls cancelled in flight
+    (of the calls dispatched: finished + cancelled) and of their planned nodes never run."""
+    multi = [q for q in qs if q["n_nodes"] > 1]
+    lat = [q["latency_s"] for q in multi if q["status"] != "timed_out"]
+    sent = sum(q["n_calls"] + q["n_cancelled_calls"] for q in multi)
+    planned = sum(q["n_nodes"] for q in multi)
+    return {
+        "multi_agent_queries": len(multi),
+        "multi_agent_latency_mean_s": round(float(np.mean(lat)), 3) if lat else None,
+        "multi_agent_accuracy": round(float(np.mean([q["correct"] for q in multi])), 4)
+        if multi else None,
+        "stopped_early_share": round(float(np.mean([q["stopped_early"] for q in multi])), 4)
+        if multi else None,
+        "cancelled_call_share": round(sum(q["n_cancelled_calls"] for q in multi) / sent, 4)
+        if sent else None,
+        "skipped_node_share": round(sum(q["n_cancelled"] - q["n_cancelled_calls"]
+                                        for q in multi) / planned, 4) if planned else None,
+    }
+
+
 def by_task(r: CellResult) -> dict[str, dict]:
     """Per task family: queries, goodput, accuracy, SLO attainment, mean latency, model mix."""
     out = {}
@@ -210,6 +251,7 @@ def by_task(r: CellResult) -> dict[str, dict]:
             "latency_mean_s": round(float(np.mean(lat)), 3) if lat else None,
             "model_mix": _mix([c["model"] for c in r.calls if c["query_id"] in ids]),
             "strategy_mix": _mix([c["strategy"] for c in r.calls if c["query_id"] in ids]),
+            **controller_terms(qs),
         }
     return out
 
@@ -226,6 +268,7 @@ def summarize(r: CellResult) -> dict:
     return {
         "policy": r.spec.policy,
         "scheduling": r.spec.scheduling,
+        "controller": r.spec.controller,
         "rate_per_min": r.spec.workload.rate_per_min,
         "load_factor": r.spec.load_factor,
         "n_queries": n,
@@ -243,6 +286,7 @@ def summarize(r: CellResult) -> dict:
         "timed_out": sum(q["status"] == "timed_out" for q in qs),
         "queue_depth_mean": queue,
         "queue_depth_max": queue_max,
+        **controller_terms(qs),
         "wall_s": round(r.wall_s, 3),
         "simulated_s": round(r.simulated_s, 3),
         "by_task": by_task(r),

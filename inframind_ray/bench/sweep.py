@@ -62,6 +62,8 @@ class SweepSpec:
     deadlines: bool = True  # False: budget-free (calls carry no deadline; latency only)
     duration_s: float | None = None  # arrivals span this many simulated seconds per cell
     capacity_rpm: float | None = None  # rates are load factors x this (bench --load-factors)
+    controllers: tuple[str, ...] = ("off",)  # execution controller variants (off, on, record)
+    controller_checkpoint: str | None = None  # of 'on' (default: the shipped controller)
 
     def queries_at(self, rate: float) -> int:
         """Queries of the cell at ``rate``: the fixed count, else rate x duration."""
@@ -81,7 +83,8 @@ class SweepSpec:
         return self.scheduling or (self.pool.engine.scheduling,)
 
     def cells(self) -> list[CellSpec]:
-        """One cell per (scheduling, policy, rate), rates outermost so slow cells start early."""
+        """One cell per (scheduling, policy, rate, controller), rates outermost so slow cells
+        start early."""
         from inframind_ray.bench.runner import CellSpec
 
         return [
@@ -96,10 +99,13 @@ class SweepSpec:
                 self.pool_history,
                 self.load_factor(r),
                 deadlines=self.deadlines,
+                controller=c,
+                controller_checkpoint=self.controller_checkpoint,
             )
             for r in sorted(self.rates, reverse=True)
             for p in self.policies
             for s in self.schedulings
+            for c in self.controllers
         ]
 
 
@@ -131,8 +137,9 @@ def run_sweep(spec: SweepSpec, jobs: int | None = None, progress: bool = True
                     bar.advance(task)
     order = {p: i for i, p in enumerate(spec.policies)}
     sched = {s: i for i, s in enumerate(spec.schedulings)}
+    ctl = {c: i for i, c in enumerate(spec.controllers)}
     results.sort(key=lambda r: (sched[r.spec.scheduling], order[r.spec.policy],
-                                r.spec.workload.rate_per_min))
+                                ctl[r.spec.controller], r.spec.workload.rate_per_min))
     return results, time.perf_counter() - t0
 
 

@@ -26,11 +26,13 @@ for _command in (_bench.bench, _bench.capacity, _learn.train, _learn.train_speed
                  _serve.demo, _serve.overhead):
     app.command()(_command)
 
+from inframind_ray.cli.controller import controller_app  # noqa: E402
 from inframind_ray.cli.policy import policy_app  # noqa: E402
 from inframind_ray.fidelity.cli import twin_app  # noqa: E402
 
 app.add_typer(twin_app, name="twin")
 app.add_typer(policy_app, name="policy")
+app.add_typer(controller_app, name="controller")
 
 
 def main() -> None:

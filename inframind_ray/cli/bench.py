@@ -68,6 +68,15 @@ def bench(
         help="queue orders, comma-separated: edf, fcfs, plas, atlas (Autellix's program-level "
              "attained service / along the critical path), or pool; every listed one runs for "
              "every policy, rows carry it")] = "pool",
+    controller: Annotated[str, typer.Option(
+        help="LAMaS's run-time execution controller: off, on, or on,off (both variants of "
+             "every policy in one run, rows carry it; writes controller.md / controller.png). "
+             "On: after each finished node of a multi-agent plan it predicts whether stopping "
+             "now pays, and if so cancels the pending calls and answers with the vote over the "
+             "finished answers; single-agent plans are unaffected")] = "off",
+    controller_checkpoint: Annotated[Path | None, typer.Option(
+        help="controller checkpoint for --controller on (default: the shipped one, "
+             "`inframind controller fit`)")] = None,
     deadlines: Annotated[bool, typer.Option(
         help="agent calls carry their query's deadline (queues shed, calls abort); "
              "--no-deadlines: a budget-free, latency-only workload (policies still read the "
@@ -92,8 +101,8 @@ def bench(
 
     Writes OUT/results.json, OUT/queries.parquet, OUT/calls.parquet, OUT/queue.parquet and plots
     (goodput.png, latency_cdf.png, queue_depth.png, mix.png; with several --scheduling also
-    scheduling.png and the load each sustains within a latency over the first's), and prints a
-    table.
+    scheduling.png and the load each sustains within a latency over the first's; with
+    --controller on,off also controller.png and controller.md), and prints a table.
     """
     from inframind_ray.bench.report import table, write_outputs
     from inframind_ray.bench.sweep import run_sweep
@@ -133,6 +142,11 @@ def bench(
                           f"{', '.join(POLICIES)}")
     lohi = budget_range(budget)
     scheds = _schedulings(scheduling)
+    ctls = _controllers(controller)
+    if "on" in ctls:  # fail here, in one line, not inside a worker
+        from inframind_ray.orchestration.controller import ExecutionController
+
+        ExecutionController.load(controller_checkpoint)
     if not metrics_period >= 0:
         raise ConfigError("metrics-period", f"must be >= 0 seconds, got {metrics_period:g}")
     shares = parse_mix(mix if mix is not None else tasks)
@@ -178,7 +192,8 @@ def bench(
                      lohi, seed, scheds,
                      str(checkpoint) if checkpoint else None, metrics_period, pool_history,
                      tuple(shares.items()), deadlines, duration if queries is None else None,
-                     capacity if factors is not None else None)
+                     capacity if factors is not None else None, ctls,
+                     str(controller_checkpoint) if controller_checkpoint else None)
     if queries is None:
         most = spec.queries_at(max(rate_vals))
         if most > MAX_CELL_QUERIES:
@@ -213,6 +228,16 @@ def _schedulings(text: str) -> tuple[str, ...]:
     if not names or bad:
         raise ConfigError("scheduling", f"unknown {bad[0] if bad else 'empty'!r}; expected a "
                           f"comma-separated list of {', '.join(known)}")
+    return names
+
+
+def _controllers(text: str) -> tuple[str, ...]:
+    """'on,off' -> ('on', 'off'); ConfigError otherwise."""
+    names = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    bad = [n for n in names if n not in ("on", "off")]
+    if not names or bad:
+        raise ConfigError("controller", f"unknown {bad[0] if bad else 'empty'!r}; expected on, "
+                          "off or on,off")
     return names
 
 

@@ -42,6 +42,10 @@ def serve(
         "deployments/twin_pool.yaml"),
     address: Annotated[str | None, typer.Option(help="Ray address (default: start local)")] = None,
     scheduling: Annotated[str | None, typer.Option(help=SCHEDULING_HELP)] = None,
+    controller: Annotated[str | None, typer.Option(
+        help="LAMaS's run-time execution controller for multi-agent plans: on or off "
+             "(default: the config's serving.controller, itself off unless set); a query's "
+             "`controller` field overrides it")] = None,
 ) -> None:
     """Serve a pool on Ray Serve (orchestrator actor + one deployment per model + HTTP API)."""
     import signal
@@ -50,6 +54,11 @@ def serve(
     from inframind_ray.serving.app import start
 
     cfg = _serving_cfg(config, scheduling)
+    if controller is not None:
+        if controller not in ("on", "off"):
+            raise ConfigError("controller", f"expected on or off, got {controller!r}")
+        cfg = cfg.model_copy(update={"serving": cfg.serving.model_copy(
+            update={"controller": controller})})
     with console.status("starting Ray, the orchestrator and the model deployments"):
         session = start(cfg, address=address)
     console.print(f"serving {cfg.name} ({len(cfg.models)} models) at {session.url}  "
@@ -325,7 +334,9 @@ def overhead(
                                            "rollout recording off vs on")] = True,
 ) -> None:
     """Side by side: a bare deployment-handle hop vs an orchestrated agent step (zero-latency
-    engine), and the cost of recording rollouts per agent step; writes OUT/overhead.json."""
+    engine), the cost of recording rollouts per agent step, and the execution controller's
+    cost per finished node (building its input from the live load and deciding, in the
+    orchestrator); writes OUT/overhead.json."""
     import json
 
     import ray

@@ -5,6 +5,11 @@ call, with the budget left and live load. Every node inherits the query's deadli
 taken from timestamps recorded at real call boundaries (never from a formula): the query ends when
 its last node ends, the final aggregator included.
 
+With an execution controller (``orchestration/controller.py``, LAMaS's run-time half) the runner
+asks it after every finished node of a multi-agent plan whether to stop; on stop it cancels the
+pending node tasks (a backend aborts a cancelled call's engine request) and answers with the vote
+over the finished answers. Without one, every node runs to its end.
+
 A policy may also offer ``plan_async`` / ``decide_async`` (the RL env's bridge): the workflow then
 awaits each decision instead of calling it, so a driver outside the loop can supply it.
 """
@@ -22,6 +27,12 @@ from inframind_ray.core.request import ProgramService, RequestStatus
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import AgentNode, Plan, build_graph
 from inframind_ray.core.types import LoadSnapshot, QueryInfo, StepContext, SystemState
+from inframind_ray.orchestration.controller import (
+    ControllerDecision,
+    ExecutionController,
+    is_decision_point,
+    make_input,
+)
 from inframind_ray.policy.base import Policy
 from inframind_ray.tasks.prompts import build_prompt
 from inframind_ray.tasks.registry import extract
@@ -88,6 +99,23 @@ class QueryResult:
     answer: str | None = None
     end: float = 0.0
     status: RequestStatus = RequestStatus.FINISHED  # the final agent call's
+    # the execution controller (none: every node ran to its end)
+    stopped_early: bool = False
+    cancelled: tuple[int, ...] = ()  # nodes cancelled on stop (dispatched or not yet)
+    cancelled_calls: tuple[int, ...] = ()  # of those, the ones whose call was in flight
+    answer_from: tuple[int, ...] = ()  # provenance: the nodes whose answer is the final one
+    decisions: tuple[ControllerDecision, ...] = ()
+
+    @property
+    def text(self) -> str | None:
+        """The response text of the answer: the final node's (None if it failed), or on an early
+        stop that of the latest finished node that gave the winning answer."""
+        if not self.steps:
+            return None
+        if not self.stopped_early:
+            return self.steps[-1].text
+        by_id = {s.node_id: s for s in self.steps}
+        return by_id[self.answer_from[-1]].text if self.answer_from else None
 
     @property
     def latency(self) -> float:
@@ -109,13 +137,18 @@ async def run_query(
     abort_on_deadline: bool = True,
     clock: Clock = LOOP_CLOCK,
     deadlines: bool = True,
+    controller: ExecutionController | None = None,
 ) -> QueryResult:
     """Plan, run the DAG with parallel independent nodes, return the final answer and the trace.
     Without ``deadlines`` (a budget-free, latency-only workload) the calls carry no deadline (no
     queue sheds them, nothing aborts them); the policy still reads the query's budget.
 
     Times (the query's arrival and deadline, the state's, the results') are on ``clock``: the
-    loop's (simulated seconds in the twin) or the wall clock (epoch seconds when served)."""
+    loop's (simulated seconds in the twin) or the wall clock (epoch seconds when served).
+
+    ``controller``: asked after each finished node of a multi-agent plan (see the module
+    docstring); the result records whether it stopped early, what it cancelled and where the
+    answer came from."""
     loop = asyncio.get_running_loop()
     plan_async = getattr(policy, "plan_async", None)  # a policy that awaits its decisions
     decide_async = getattr(policy, "decide_async", None)
@@ -127,6 +160,7 @@ async def run_query(
     chosen: list[str] = []  # models of the calls decided so far
     attained = [0.0]  # engine seconds of the query's calls ended so far (PLAS)
     path: dict[int, float] = {}  # node -> service along its critical path, its own included
+    dispatched: set[int] = set()  # nodes whose backend call has been sent
 
     async def run_node(node: AgentNode) -> AgentResult:
         ups = tuple([await tasks[d] for d in node.deps])
@@ -167,6 +201,7 @@ async def run_query(
         if abort and remaining <= 0:
             res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now, now)
         else:
+            dispatched.add(node.id)
             try:
                 res = await (asyncio.wait_for(backend.call(call), remaining)
                              if abort else backend.call(call))
@@ -180,13 +215,60 @@ async def run_query(
     for node in graph.nodes:  # topological order: deps already have tasks
         tasks[node.id] = loop.create_task(run_node(node))
     try:
-        steps = list(await asyncio.gather(*tasks.values()))
+        if controller is None or len(graph.nodes) == 1:
+            steps = list(await asyncio.gather(*tasks.values()))
+        else:
+            return await _controlled(query, plan, graph, tasks, controller, state_fn, clock,
+                                     dispatched)
     except asyncio.CancelledError:
         for t in tasks.values():
             t.cancel()
         raise
     final = steps[-1]
     result = QueryResult(query, plan, steps, final.answer, max(s.end for s in steps))
+    if not final.status.ok:
+        result.status = final.status
+    return result
+
+
+async def _controlled(query: QueryInfo, plan: Plan, graph, tasks: dict[int, asyncio.Task],
+                      controller: ExecutionController, state_fn: Callable[[], SystemState],
+                      clock: Clock, dispatched: set[int]) -> QueryResult:
+    """Await the nodes as they finish (same-instant ends in node order); after each, ask the
+    controller; on stop, cancel the rest and answer with the vote over the finished answers."""
+    done: list[AgentResult] = []
+    decisions: list[ControllerDecision] = []
+    pending = set(tasks.values())
+    node_of = {t: i for i, t in tasks.items()}
+    while pending:
+        finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for t in sorted(finished, key=node_of.__getitem__):
+            done.append(t.result())
+        last = done[-1].node_id
+        if not pending or not is_decision_point(graph, last):
+            continue
+        inp = make_input(query, plan, graph, [(s.node_id, s.answer) for s in done],
+                         clock.now(), state_fn())
+        d = controller.decide(last, inp)
+        decisions.append(d)
+        if not d.stop:
+            continue
+        cancelled = tuple(sorted(node_of[t] for t in pending))
+        in_flight = tuple(i for i in cancelled if i in dispatched)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)  # engine aborts happen here
+        v = inp.vote
+        steps = sorted(done, key=lambda s: s.node_id)
+        # the controller never stops without an answer: the query is answered when it stops
+        return QueryResult(
+            query, plan, steps, v.answer, max(s.end for s in done), stopped_early=True,
+            cancelled=cancelled, cancelled_calls=in_flight, answer_from=v.support,
+            decisions=tuple(decisions))
+    steps = sorted(done, key=lambda s: s.node_id)
+    final = steps[-1]
+    result = QueryResult(query, plan, steps, final.answer, max(s.end for s in steps),
+                         answer_from=(final.node_id,), decisions=tuple(decisions))
     if not final.status.ok:
         result.status = final.status
     return result

@@ -109,6 +109,9 @@ class QueryRequest(BaseModel):
     reference: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS,
                                   description="grade a free-text query against this answer")
     policy: str | None = None
+    controller: Literal["on", "off"] | None = Field(
+        None, description="the run-time execution controller for this query (default: the "
+        "deployment's `serving.controller`)")
     query_id: str | None = Field(None, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
 
     @model_validator(mode="after")

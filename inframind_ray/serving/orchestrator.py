@@ -17,6 +17,8 @@ from inframind_ray.core.clock import WALL_CLOCK
 from inframind_ray.core.request import RequestStatus
 from inframind_ray.core.topology import build_graph
 from inframind_ray.core.types import LoadSnapshot, QueryInfo
+from inframind_ray.errors import InframindError
+from inframind_ray.orchestration.controller import ExecutionController
 from inframind_ray.orchestration.runner import AgentCall, AgentResult, QueryResult, run_query
 from inframind_ray.policy.base import Policy
 from inframind_ray.policy.baselines import make_policy
@@ -76,6 +78,9 @@ class Orchestrator:
         self._embedder_ready: asyncio.Future | None = None
         self._policy(self.default_policy)  # fail early on a bad default
         self._gauges_at = 0.0  # when the orchestrator's gauges were last set (_refresh_gauges)
+        self._controller: ExecutionController | None = None
+        if s.controller == "on":  # fail early on a bad checkpoint
+            self._get_controller()
 
     # ------------------------------------------------------------------ plumbing
     def _policy(self, name: str) -> Policy:
@@ -142,6 +147,17 @@ class Orchestrator:
         self.policy_version = active
         self.policy_status = "ok"
         self._gauges_at = 0.0  # show the new version at once
+
+    def _get_controller(self) -> ExecutionController:
+        """The run-time execution controller (loaded once; ``serving.controller_checkpoint`` or
+        the shipped one)."""
+        if self._controller is None:
+            try:
+                self._controller = ExecutionController.load(
+                    self.cfg.serving.controller_checkpoint)
+            except InframindError as e:
+                raise UserError(str(e)) from None
+        return self._controller
 
     def _oracle_hook(self, name: str):  # noqa: ANN202
         """The recorded-outcome hook of the ``oracle`` policy, built only when it is asked for
@@ -358,6 +374,9 @@ class Orchestrator:
         try:
             q = self._query_info(payload, arrival)
             policy = self._policy(payload.get("policy") or self.default_policy)
+            controller = (self._get_controller() if (payload.get("controller")
+                                                     or self.cfg.serving.controller) == "on"
+                          else None)
         except UserError as e:
             return {"http_status": 404 if isinstance(e, NotFound) else 400, "error": str(e)}
         ep, served = self._recording(q, policy)
@@ -372,8 +391,9 @@ class Orchestrator:
             with self.tracing.tracer.start_as_current_span("query", attributes={
                     "query_id": q.query_id, "policy": policy.name, "budget_s": q.budget_s}):
                 res = await run_query(q, served, self._backend(), self.loads.system_state,
-                                      abort_on_deadline=True, clock=WALL_CLOCK)
-            final = res.steps[-1].text if res.steps[-1].status.ok else None
+                                      abort_on_deadline=True, clock=WALL_CLOCK,
+                                      controller=controller)
+            final = res.text
             correct = await asyncio.get_running_loop().run_in_executor(
                 None, self._grade, res.query, final, payload.get("reference"))
         except BaseException:
@@ -403,7 +423,6 @@ class Orchestrator:
 
     def _respond(self, res: QueryResult, policy: str, correct: bool | None) -> dict:
         q = res.query
-        final = res.steps[-1]
         http = 200
         if res.status is RequestStatus.OVERLOADED:
             http = 503
@@ -411,7 +430,7 @@ class Orchestrator:
         out = {
             "http_status": http, "query_id": q.query_id, "task": q.task,
             "item_id": q.item_id, "status": res.status.api,
-            "answer": res.answer, "text": final.text, "correct": correct,
+            "answer": res.answer, "text": res.text, "correct": correct,
             "latency_s": round(res.latency, 4), "budget_s": q.budget_s,
             "within_budget": res.within_budget, "policy": policy,
             "plan": {"topology": res.plan.topology.value, "k": res.plan.k,
@@ -422,6 +441,11 @@ class Orchestrator:
                        "end_s": round(s.end - q.arrival_s, 4),
                        "prompt_tokens": s.prompt_tokens,
                        "output_tokens": s.output_tokens} for s in res.steps],
+            "controller": {"stopped_early": res.stopped_early, "cancelled": list(res.cancelled),
+                           "cancelled_calls": list(res.cancelled_calls),
+                           "answer_from": list(res.answer_from),
+                           "decisions": [{"node": d.node_id, "delta": round(d.delta, 5),
+                                          "stop": d.stop} for d in res.decisions]},
         }
         m = self.metrics
         m.queries.inc(tags={"policy": policy, "task": q.task, "status": res.status.api,
@@ -436,7 +460,8 @@ class Orchestrator:
             "arrival_epoch": q.arrival_s,
             "budget_s": q.budget_s, "latency_s": res.latency, "status": res.status.api,
             "answer": res.answer, "correct": correct, "within_budget": res.within_budget,
-            "topology": res.plan.topology.value, "k": res.plan.k, "n_calls": len(res.steps)})
+            "topology": res.plan.topology.value, "k": res.plan.k, "n_calls": len(res.steps),
+            "stopped_early": res.stopped_early, "n_cancelled_calls": len(res.cancelled_calls)})
         return out
 
     def _record_call(self, call: AgentCall, res: GenerateResult, out: AgentResult) -> None:
@@ -487,6 +512,30 @@ class Orchestrator:
         out["paired_added_p99_ms"] = pct(diff, 99)
         if rollouts:
             out["rollouts"] = await self._measure_recording(n, warmup, pct)
+        ctl = self._controller_cost(n + warmup, warmup)
+        out["controller_per_node_p50_ms"] = round(statistics.median(ctl), 4)
+        out["controller_per_node_p99_ms"] = pct(ctl, 99)
+        return out
+
+    def _controller_cost(self, n: int, warmup: int) -> list[float]:
+        """Milliseconds the execution controller adds when a node finishes: its input from the
+        live load (``make_input``) and its decision (features + MLP), on a three-voter plan with
+        two answers in, one of each kind of vote (unanimous, split) in turn."""
+        from inframind_ray.core.topology import Plan, Topology
+        from inframind_ray.orchestration.controller import make_input
+
+        ctl = self._get_controller()
+        plan = Plan.make(Topology.DEBATE, 3, rounds=1)
+        graph = build_graph(plan)
+        out = []
+        for i in range(n):
+            q = QueryInfo(f"ctl-{i}", "ping", 60.0, WALL_CLOCK.now() - 1.0, task="mmlu_pro")
+            done = [(0, "A"), (1, "A" if i % 2 else "B")]
+            t = time.perf_counter()
+            ctl.decide(1, make_input(q, plan, graph, done, WALL_CLOCK.now(),
+                                     self.loads.system_state()))
+            if i >= warmup:
+                out.append((time.perf_counter() - t) * 1e3)
         return out
 
     async def _measure_recording(self, n: int, warmup: int, pct) -> dict:  # noqa: ANN001

@@ -1,0 +1,187 @@
+"""LAMaS's run-time execution controller (orchestration/controller.py): on the twin's clock a stop
+cancels the pending calls and their engine requests free their KV blocks; the shipped fitted
+controller stops a unanimous vote early and lets a split vote run; the vote follows the task
+family's answer equivalence; a checkpoint round-trips."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from inframind_ray.config import load_pool
+from inframind_ray.core.topology import Plan, Topology, build_graph
+from inframind_ray.core.types import LoadSnapshot, SystemState
+from inframind_ray.orchestration.controller import (
+    ControllerDecision,
+    ControllerInput,
+    ControllerModel,
+    ExecutionController,
+    features,
+    make_input,
+    vote,
+)
+from inframind_ray.orchestration.runner import run_query
+from inframind_ray.policy.baselines import make_policy
+from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.tasks.registry import family
+from inframind_ray.twin.backend import TwinBackend
+from inframind_ray.twin.outcome import OutcomeModel
+from inframind_ray.twin.pool import TwinLoadView, build_engines
+from inframind_ray.twin.simloop import run_simulated
+
+
+@pytest.fixture(scope="module")
+def twin():
+    """The constrained pool, its cards and outcome model, and one MMLU-Pro test query."""
+    cfg = load_pool("constrained")
+    fam = family("mmlu_pro")
+    q0 = fam.query(int(fam.split_ids("test")[0]), "q0", 120.0, 0.0)
+    return cfg, build_pool_info(cfg), OutcomeModel.for_models(cfg.models), q0
+
+
+class StopAtFirst:
+    """A controller that stops at the first decision point (to force a cancellation)."""
+
+    def decide(self, node_id: int, inp: ControllerInput) -> ControllerDecision:
+        return ControllerDecision(node_id, 1.0, True)
+
+
+def test_twin_stop_cancels_pending_calls_and_frees_their_kv(twin):
+    """MoA on the constrained pool (five proposers, then an aggregator): stopped when the
+    first proposer finishes, the four other proposers are in flight and are aborted in their
+    engines (an 'abort' event each, KV back to zero, nothing running or waiting), the
+    aggregator is never sent, and the answer is the finished proposer's."""
+    cfg, info, outcome, q0 = twin
+    policy = make_policy("moa", info, 0)
+
+    async def main():
+        engines = build_engines(cfg)
+        for r in engines.values():
+            for e in r.engines:
+                e.trace = []
+        res = await run_query(q0, policy, TwinBackend(engines, outcome), TwinLoadView(engines),
+                              controller=StopAtFirst())
+        eng = [e for r in engines.values() for e in r.engines]
+        return res, eng
+
+    res, eng = run_simulated(main())[0]
+    graph = build_graph(res.plan)
+    assert res.stopped_early and len(res.steps) == 1
+    first = res.steps[0]
+    assert res.cancelled == tuple(n.id for n in graph.nodes if n.id != first.node_id)
+    assert set(res.cancelled_calls) == {n.id for n in graph.nodes[:-1]} - {first.node_id}
+    assert res.answer == first.answer and res.answer_from == (first.node_id,)
+    assert res.end == first.end and [d.node_id for d in res.decisions] == [first.node_id]
+    aborted = [rid for e in eng for _, ev, rid in e.trace if ev == "abort"]
+    assert sorted(int(r.split("/")[1]) for r in aborted) == list(res.cancelled_calls)
+    assert all(e.kv_used == 0 and not e.running and not len(e.waiting) for e in eng)
+
+
+def test_without_a_controller_every_node_runs(twin):
+    """The same query without a controller runs every node; the answer is the
+    aggregator's and nothing is recorded as cancelled."""
+    cfg, info, outcome, q0 = twin
+
+    async def main():
+        engines = build_engines(cfg)
+        return await run_query(q0, make_policy("moa", info, 0), TwinBackend(engines, outcome),
+                               TwinLoadView(engines))
+
+    res = run_simulated(main())[0]
+    assert len(res.steps) == len(build_graph(res.plan).nodes) == res.plan.k + 1
+    assert not res.stopped_early and not res.cancelled
+    assert res.answer == res.steps[-1].answer and res.text == res.steps[-1].text
+
+
+def _vote_input(answers: tuple[str | None, ...], task: str = "gsm8k") -> ControllerInput:
+    """A three-voter query (infra-topology's vote: three solvers, an aggregator) of the mixed
+    workload's largest family, 3 s into a 60 s budget on an idle pool."""
+    plan = Plan.make(Topology.DEBATE, 3, rounds=1)
+    fam = family(task)
+    q = fam.query(int(fam.split_ids("test")[0]), "u", 60.0, 0.0)
+    idle = SystemState(3.0, {m: LoadSnapshot(m, timestamp=3.0) for m in ("a", "b", "c")})
+    return make_input(q, plan, build_graph(plan), list(enumerate(answers)), 3.0, idle)
+
+
+@pytest.mark.parametrize("answers", [("18", "18"), ("18", "18", "18")])
+def test_fitted_controller_stops_a_unanimous_vote(answers):
+    """The shipped controller on GSM8K: two or three voters agreeing, early in the budget on
+    an idle pool: stopping pays (on MMLU-Pro it does not stop such a vote: docs/controller.md)."""
+    ctl = ExecutionController.load()
+    d = ctl.decide(len(answers) - 1, _vote_input(answers))
+    assert d.stop and d.delta > 0, d
+
+
+@pytest.mark.parametrize("answers", [("18", "20"), ("18", "20", "7")])
+def test_fitted_controller_lets_a_split_vote_run(answers):
+    """... and voters that disagree: running the rest pays."""
+    ctl = ExecutionController.load()
+    d = ctl.decide(len(answers) - 1, _vote_input(answers))
+    assert not d.stop and d.delta < 0, d
+
+
+def test_vote_uses_the_family_equivalence():
+    """MATH answers vote by mathematical equality (1/2 and 0.5 are one answer); ties go to the
+    group that finished last; no answer, no vote."""
+    v = vote("math", [(0, "\\frac{1}{2}"), (1, "3"), (2, "0.5")])
+    assert v.support == (0, 2) and v.answer == "\\frac{1}{2}"
+    assert vote("mmlu_pro", [(0, "A"), (1, "B")]).support == (1,)
+    assert vote("gsm8k", [(0, None)]).answer is None
+
+
+def test_checkpoint_round_trip(tmp_path):
+    """Saved and loaded, a model predicts the same; a missing file is one clear error."""
+    from inframind_ray.orchestration.controller import FEATURE_NAMES, CheckpointError
+
+    rng = np.random.default_rng(0)
+    n = len(FEATURE_NAMES)
+    m = ControllerModel([(rng.standard_normal((n, 8)).astype(np.float32),
+                          np.zeros(8, np.float32)),
+                         (rng.standard_normal((8, 1)).astype(np.float32),
+                          np.zeros(1, np.float32))],
+                        np.zeros(n, np.float32), np.ones(n, np.float32))
+    x = features(_vote_input(("B", "B")))
+    again = ControllerModel.load(m.save(tmp_path / "c"))
+    assert float(again.predict(x)) == pytest.approx(float(m.predict(x)))
+    with pytest.raises(CheckpointError, match="no spec.json"):
+        ControllerModel.load(tmp_path / "missing")
+
+
+def test_cancelled_run_query_leaves_no_task(twin):
+    """Cancelling a controlled query (a client gone) cancels its node tasks too."""
+    cfg, info, outcome, q0 = twin
+
+    async def main():
+        engines = build_engines(cfg)
+        t = asyncio.get_running_loop().create_task(run_query(
+            q0, make_policy("moa", info, 0), TwinBackend(engines, outcome),
+            TwinLoadView(engines), controller=ExecutionController.load()))
+        await asyncio.sleep(0.5)
+        t.cancel()
+        await asyncio.gather(t, return_exceptions=True)
+        await asyncio.sleep(0)
+        return [e for r in engines.values() for e in r.engines]
+
+    eng = run_simulated(main())[0]
+    assert all(e.kv_used == 0 and not e.running for e in eng)
+
+
+def test_bench_runs_the_controller_on_and_off_in_one_sweep(twin, tmp_path):
+    """--controller on,off: one cell per variant, rows carry it; with it on, multi-agent
+    queries are stopped early and calls cancelled; controller.md and controller.png written."""
+    from inframind_ray.bench.report import write_outputs
+    from inframind_ray.bench.sweep import SweepSpec, run_sweep
+
+    cfg = twin[0]
+    spec = SweepSpec(cfg, "constrained", ("moa",), (20.0,), 20, controllers=("off", "on"))
+    results, wall = run_sweep(spec, jobs=1, progress=False)
+    rows = [r.summary for r in results]
+    assert [r["controller"] for r in rows] == ["off", "on"]
+    off, on = rows
+    assert off["stopped_early_share"] == 0 and off["cancelled_call_share"] == 0
+    assert on["stopped_early_share"] > 0 and on["calls_per_query"] < off["calls_per_query"]
+    write_outputs(tmp_path, spec, results, wall)
+    assert (tmp_path / "controller.png").stat().st_size > 0
+    assert "| moa | 20 |" in (tmp_path / "controller.md").read_text()
