@@ -203,8 +203,8 @@ def _errors(*codes: int) -> dict:
            401: "missing or wrong API key", 404: "no such item (or model on the chat endpoint)",
            413: "body larger than serving.max_body_bytes", 422: "a field or rule violated",
            429: "too many queries in flight (Retry-After)",
-           503: "a replica on the query's path was full, or the orchestrator restarted "
-                "(Retry-After)"}
+           503: "a replica on the query's path was full, no model is predicted to answer "
+                "within the budget, or the orchestrator restarted (Retry-After)"}
     body = {"application/json": {"schema": {"type": "object", "required": ["error"],
                                             "properties": {"error": {}}}}}
     return {c: {"description": why[c], "content": body} for c in codes}
