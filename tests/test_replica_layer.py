@@ -134,6 +134,10 @@ def test_replica_choice_is_the_earliest_predicted_finish_under_edf():
     assert earliest_finish(snaps, float("inf"), 100.0) == 0
     unknown = [LoadSnapshot("m", waiting=3, running=1), LoadSnapshot("m", waiting=1, running=1)]
     assert earliest_finish(unknown, 105.0, 100.0) == shortest_queue(unknown) == 1
+    # a replica that has not answered yet serves as fast as its siblings, not instantly
+    new_busy = LoadSnapshot("m", waiting=2, running=1, capacity=1)
+    idle = LoadSnapshot("m", waiting=0, running=0, capacity=1, service_s=0.5)
+    assert earliest_finish([new_busy, idle], 105.0, 100.0) == 1
     with pytest.raises(ValueError, match="no replica"):
         earliest_finish([], 1.0, 0.0)
 
