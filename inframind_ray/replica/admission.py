@@ -31,7 +31,7 @@ from inframind_ray.core.request_queue import (
     earliest_slacks,
 )
 from inframind_ray.core.types import LoadSnapshot
-from inframind_ray.replica.predict import finish_in_s, too_late
+from inframind_ray.replica.predict import concurrency, finish_in_s, too_late
 
 R = TypeVar("R")
 
@@ -55,13 +55,15 @@ class DeadlineQueue:
     def __init__(self, capacity: int, max_queue: int, *, clock: Clock,
                  min_service_s: float = 0.0,
                  order: SchedulingPolicy | str = SchedulingPolicy.EDF,
-                 margin: float | None = None) -> None:
+                 margin: float | None = None,
+                 engine_load: Callable[[], LoadSnapshot] | None = None) -> None:
         if capacity < 1 or max_queue < 0:
             raise ValueError("capacity must be >= 1 and max_queue >= 0")
         self.capacity = capacity
         self.max_queue = max_queue
         self.min_service_s = min_service_s
         self.margin = margin  # the admission rule's (None: refuse only hopeless deadlines)
+        self.engine_load = engine_load  # the engine's own snapshot (its waiting and running)
         self.clock = clock
         self.order = SchedulingPolicy(order)
         self.in_engine = 0
@@ -86,14 +88,21 @@ class DeadlineQueue:
         return earliest_slacks(self.waiting.deadlines(), now)
 
     def finish_in_s(self, deadline: float, now: float) -> float:
-        """Predicted seconds until a new request due at ``deadline`` would end here: the
-        requests in the engine, those waiting ahead of it in this queue's order (EDF: due no
-        later; any other order: all of them), the service-time EWMA (``replica.predict``)."""
+        """Predicted seconds until a new request due at ``deadline`` would end here
+        (``replica.predict``): the requests running in the engine, those waiting ahead of it in
+        this queue's order (EDF: due no later; any other order: all of them) and in the
+        engine's own queue (``engine_load``, when given), the service-time EWMA."""
         if self.order is SchedulingPolicy.EDF:
             ahead = sum(d <= deadline for d in self.waiting.deadlines())
         else:
             ahead = len(self.waiting)
-        return finish_in_s(ahead, self.in_engine, self.capacity, self.service_ewma)
+        running, waiting = self.in_engine, len(self.waiting)
+        if self.engine_load is not None:
+            eng = self.engine_load()
+            running, waiting = eng.running, waiting + eng.waiting
+            ahead += eng.waiting_ahead(deadline - now, eng.timestamp)  # taken just now
+        return finish_in_s(ahead, running, concurrency(self.capacity, running, waiting),
+                           self.service_ewma)
 
     def snapshot_over(self, engine: LoadSnapshot, **identity: str) -> LoadSnapshot:
         """The replica's snapshot: the engine's, plus this queue's waiting requests and EDF
@@ -110,13 +119,15 @@ class DeadlineQueue:
             service_s=self.service_ewma or engine.e2e_s, capacity=self.capacity)
 
     def answered(self, status: RequestStatus, ttft_s: float | None, latency_s: float,
-                 waited_s: float = 0.0) -> None:
+                 waited_s: float = 0.0, service_s: float | None = None) -> None:
         """Count an admitted request's outcome; fold an answer's latencies (from arrival here,
-        ``waited_s`` of it in this queue) into the EWMAs."""
+        ``waited_s`` of it in this queue) and its engine time (``service_s`` when the engine
+        says, else the latency less the wait here) into the EWMAs."""
         self.counts[status] += 1
         if status.ok:
             self.e2e_ewma = ewma(self.e2e_ewma, latency_s)
-            self.service_ewma = ewma(self.service_ewma, max(0.0, latency_s - waited_s))
+            self.service_ewma = ewma(self.service_ewma, max(0.0, latency_s - waited_s)
+                                     if service_s is None else service_s)
             if ttft_s is not None:
                 self.ttft_ewma = ewma(self.ttft_ewma, ttft_s)
 

@@ -2,10 +2,12 @@
 queue, the ingress and the replica choice all read it.
 
 A replica runs up to ``capacity`` requests at once, each for about ``service_s`` seconds (the
-replica's EWMA of engine time per answered request). A new request waits behind the requests in
-the engine and those its queue's order serves first (EDF: the ones due no later); slots free at
-``capacity / service_s`` per second, so it starts once ``in_engine + ahead - capacity + 1`` of
-them have freed, then takes ``service_s`` itself. Requests that arrive later but are due earlier
+replica's EWMA of engine time per answered request); while requests wait (in the replica queue
+or the engine's own, as when the KV cache rather than ``max_num_seqs`` bounds the batch), it
+runs as many as it is running now (:func:`concurrency`). A new request waits behind the requests
+running and those the queues' order serves first (EDF: the ones due no later); slots free at
+``concurrency / service_s`` per second, so it starts once ``running + ahead - concurrency + 1``
+of them have freed, then takes ``service_s`` itself. Requests that arrive later but are due earlier
 overtake it under EDF: the prediction cannot know them (it is a lower bound in that sense).
 """
 
@@ -26,12 +28,20 @@ def finish_in_s(ahead: int, in_engine: int, capacity: int, service_s: float) -> 
     return (slots_to_free / capacity + 1.0) * service_s
 
 
+def concurrency(capacity: int, running: int, waiting: int) -> int:
+    """How many requests the replica runs at once: its capacity while nothing waits, else what
+    it runs now (the engine is full: by its slots or by its KV cache)."""
+    return max(1, capacity if waiting == 0 else min(capacity, running))
+
+
 def snapshot_finish_in_s(snap: LoadSnapshot, deadline_in_s: float, now: float) -> float:
     """``finish_in_s`` on a replica's (or a model's aggregate) snapshot: its waiting requests
-    due before the new one (``LoadSnapshot.waiting_ahead``), its running ones, its capacity
-    (1 when the snapshot does not say) and its service-time EWMA."""
-    ahead = snap.waiting_ahead(deadline_in_s if math.isfinite(deadline_in_s) else math.inf, now)
-    return finish_in_s(ahead, snap.running, max(1, snap.capacity), snap.service_s)
+    due before the new one (``LoadSnapshot.waiting_ahead``: the engine's own waiting ones are
+    all ahead), its running ones, its concurrency (capacity 1 when the snapshot does not say)
+    and its service-time EWMA."""
+    ahead = snap.waiting_ahead(deadline_in_s, now)
+    conc = concurrency(max(1, snap.capacity), snap.running, snap.waiting)
+    return finish_in_s(ahead, snap.running, conc, snap.service_s)
 
 
 def too_late(finish_in: float, time_left_s: float, margin: float | None) -> bool:

@@ -45,7 +45,7 @@ async def admit(queue: DeadlineQueue, run: Callable[[GenerateRequest], Awaitable
                               latency_s=adm.latency_s, detail=adm.detail)
     res = adm.result
     queue.answered(res.status, None if res.ttft_s is None else adm.waited_s + res.ttft_s,
-                   adm.latency_s, adm.waited_s)
+                   adm.latency_s, adm.waited_s, res.service_s)
     return replace(res, queue_wait_s=adm.waited_s, latency_s=adm.latency_s)
 
 
@@ -60,7 +60,8 @@ class ModelReplica:
         await self.engine.start()
         self.queue = DeadlineQueue(self.engine.capacity, self.model.max_queue, clock=WALL_CLOCK,
                                    order=self.pool.engine.scheduling,
-                                   margin=self.pool.engine.admission_margin)
+                                   margin=self.pool.engine.admission_margin,
+                                   engine_load=self.engine.stats)
         ctx = serve.get_replica_context()
         self.replica_id = ctx.replica_tag
         self.node_id = ray.get_runtime_context().get_node_id()

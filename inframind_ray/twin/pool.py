@@ -31,7 +31,8 @@ class TwinReplica:
         self.model = model
         self.engine = engine
         self.queue = DeadlineQueue(engine.max_num_seqs, max_queue, clock=LOOP_CLOCK,
-                                   order=engine.policy, margin=margin)
+                                   order=engine.policy, margin=margin,
+                                   engine_load=engine.snapshot)
 
     async def generate(self, req: EngineRequest) -> EngineResult:
         """Admit ``req`` and let the engine run it; the result's times count from the arrival
@@ -44,7 +45,9 @@ class TwinReplica:
             return EngineResult(req.request_id, adm.status, 0, t0, None, t0 + adm.latency_s, 0)
         res = adm.result
         self.queue.answered(res.status, None if res.first_token is None
-                            else res.first_token - t0, adm.latency_s, adm.waited_s)
+                            else res.first_token - t0, adm.latency_s, adm.waited_s,
+                            None if req.first_scheduled is None
+                            else res.finished_at - req.first_scheduled)
         return replace(res, arrival=t0)
 
     def snapshot(self) -> LoadSnapshot:
