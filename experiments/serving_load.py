@@ -12,6 +12,7 @@ loopback only, every loop bounded. One subcommand per measurement; each prints o
                       until a new query is answered
     serve-deploy      `ray start` + `inframind serve-config` + `serve deploy` on a fresh cluster
                       (own temp dir and ports) and one query answered
+    twin-margins      twin cells with the admission rule off, at margin 0 and 0.5
     bench-vs-served   the same workload (items, budgets, Poisson arrivals) served and in the
                       twin (`inframind bench`'s runner) on a pool with two replicas of its
                       strongest model: goodput side by side
@@ -486,10 +487,33 @@ def bench_vs_served(args: argparse.Namespace) -> dict:
             "noise_2se": round(2 * se * np.sqrt(2), 4)}
 
 
+def twin_margins(args: argparse.Namespace) -> dict:
+    """Twin cells (no cluster) with the admission rule off, at margin 0 and at 0.5: the same
+    workload per rate (``--rates``, req/min; ``--queries`` each), served-like load view."""
+    from inframind_ray.bench.runner import CellSpec, run_cell
+
+    pool, rows = load_pool(args.pool), []
+    for rate in args.rates:
+        for policy in args.policies.split(","):
+            for margin in (None, 0.0, 0.5):
+                cfg = pool.model_copy(update={"engine": pool.engine.model_copy(update={
+                    "admission_margin": margin})})
+                work = WorkloadSpec(rate, args.queries, budget_range_s=tuple(args.budget),
+                                    seed=args.seed)
+                r = run_cell(CellSpec(cfg, policy, work, metrics_period_s=0.25,
+                                      pool_history=True)).summary
+                rows.append({"rate_per_min": rate, "policy": policy, "margin": margin,
+                             "goodput": r["goodput"], "slo_attainment": r["slo_attainment"],
+                             "deadline_calls": r["call_status_mix"].get("deadline", 0.0)})
+    return {"measurement": "twin-margins", "pool": args.pool, "queries": args.queries,
+            "rows": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("measurement", choices=["overload", "kill-replicas", "kill-orchestrator",
-                                            "serve-deploy", "bench-vs-served"])
+                                            "serve-deploy", "bench-vs-served",
+                                            "twin-margins"])
     ap.add_argument("--pool", default="default")
     ap.add_argument("--deploy-pool", default="tests/pools/serve_test.yaml")
     ap.add_argument("--port", type=int, default=8871)
@@ -505,11 +529,14 @@ def main() -> None:
     ap.add_argument("--after", type=float, default=30.0, help="load after the orchestrator kill")
     ap.add_argument("--strongest", default="llama-3.1-70b")
     ap.add_argument("--policy", default="always-strongest")
+    ap.add_argument("--policies", default="always-strongest,infra-heuristic")
+    ap.add_argument("--rates", type=float, nargs="+", default=(362.0, 724.0))
+    ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     fn = {"overload": overload, "kill-replicas": kill_replicas,
           "kill-orchestrator": kill_orchestrator, "serve-deploy": serve_deploy,
-          "bench-vs-served": bench_vs_served}[args.measurement]
+          "bench-vs-served": bench_vs_served, "twin-margins": twin_margins}[args.measurement]
     load1 = os.getloadavg()
     t0 = time.time()
     res = fn(args)

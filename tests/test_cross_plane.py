@@ -183,8 +183,10 @@ def test_serve_routes_to_the_shortest_queue(session):
             probes.append(await h.generate.remote(GenerateRequest(
                 f"probe{i}", "p", 2, time.time() + 30, strategy="flash", prompt_tokens_hint=10)))
             # the router learns that a request ended from a done-callback on its own loop, a
-            # moment after the caller has the answer: back-to-back probes would race it
-            await asyncio.sleep(0.05)
+            # moment after the caller has the answer: back-to-back probes would race it (until
+            # it has, the idle replica and a blocker's tie, and the tie goes to the first; on
+            # the shared 2-core machine 0.05 s was too short twice in a row)
+            await asyncio.sleep(0.25)
         return probes, [await b for b in blockers]
 
     probes, blockers = asyncio.run(main())
