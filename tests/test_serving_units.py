@@ -235,6 +235,33 @@ def test_ingress_refuses_a_query_no_model_can_answer_within_its_budget(tmp_path)
     assert orch._admit(q) is None
 
 
+def test_ingress_gate_refuses_by_the_control_planes_delay():
+    """The ingress replica's gate: a query's time outside its agent calls (its time at the
+    ingress less its calls' span) feeds the delay EWMA; a budget that delay exceeds by more
+    than the margin is refused at once (503, Retry-After = the excess, the reason), a longer
+    one admitted; with nothing in flight the delay is forgotten; the rule off admits all."""
+    from inframind_ray.serving.gate import IngressGate
+
+    clock = Clock(0.0)
+    gate = IngressGate(0.5, clock=clock.now)
+    first, second = gate.enter(), gate.enter()
+    clock.t = 40.0  # 40 s at the ingress, 4 s of it in agent calls: 36 s outside them
+    gate.leave(first, {"steps": [{"start_s": 30.0, "end_s": 33.0},
+                                 {"start_s": 31.0, "end_s": 34.0}]})
+    assert gate.delay_s == pytest.approx(36.0) and gate.inflight == 1
+    out = gate.refusal(20.0)
+    assert out["http_status"] == 503 and out["retry_after"] == 16, out
+    assert out["error"].startswith("the service is saturated: queries spend 36 s outside")
+    assert gate.refusal(30.0) is None  # 36 <= 1.5 x 30
+    gate.leave(second, {"http_status": 503, "error": "x"})  # no steps: no sample
+    assert gate.delay_s == pytest.approx(36.0)
+    assert gate.refusal(20.0) is None and gate.delay_s == 0.0  # nothing in flight
+    off = IngressGate(None, clock=clock.now)
+    off.enter()
+    off.delay_s = 1e6
+    assert off.refusal(0.1) is None
+
+
 def test_replica_latency_ewmas_count_the_queue_wait():
     """The replica reports TTFT and end-to-end latency from arrival at the replica, its EDF
     queue's wait included (as the twin's engine measures them), not from engine admission."""

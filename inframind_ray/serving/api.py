@@ -37,6 +37,8 @@ from inframind_ray.serving.chat import (
     conversation,
     stream,
 )
+from inframind_ray.serving.gate import IngressGate
+from inframind_ray.serving.metrics import shed_counter
 from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR
 from inframind_ray.tasks.registry import CODE_FAMILIES, FAMILIES
 
@@ -298,6 +300,8 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
     class Api:
         def __init__(self) -> None:
             self.orchestrator = ray.get_actor(ORCHESTRATOR, namespace=NAMESPACE)
+            self.gate = IngressGate(cfg.engine.admission_margin)
+            self.shed = shed_counter()
 
         @app.get("/healthz")
         async def healthz(self) -> dict:
@@ -311,7 +315,16 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
         async def queries(self, body: QueryRequest) -> JSONResponse:
             if body.budget_s > max_budget:
                 return _error(422, f"budget_s: must be <= {max_budget:g} s")
-            return _reply(await _call(self.orchestrator.query.remote(body.model_dump())))
+            refusal = self.gate.refusal(body.budget_s)
+            if refusal is not None:
+                self.shed.inc(tags={"reason": "ingress_saturated"})
+                return _reply(refusal)
+            started, out = self.gate.enter(), {}
+            try:
+                out = await _call(self.orchestrator.query.remote(body.model_dump()))
+            finally:
+                self.gate.leave(started, out)
+            return _reply(out)
 
         @app.post("/v1/grade", responses=_errors(400, 401, 404, 413, 422))
         async def grade(self, body: GradeRequest) -> JSONResponse:
