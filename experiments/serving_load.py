@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -133,10 +134,11 @@ class Load:
             for t in tasks:
                 t.cancel()
 
-    def summary(self, since_s: float = 0.0) -> dict:
+    def summary(self, since_s: float = 0.0, until_s: float = math.inf) -> dict:
         """Counts by status, lost, share answered within budget (of all sent), admitted
-        queries' SLO attainment, refusal latency and Retry-After presence."""
-        r = [x for x in self.records if x["sent_s"] >= since_s]
+        queries' SLO attainment, refusal latency and Retry-After presence (of the queries sent
+        in [since_s, until_s))."""
+        r = [x for x in self.records if since_s <= x["sent_s"] < until_s]
         ok = [x for x in r if x["status"] == 200]
         refused = [x for x in r if x["status"] in (429, 503)]
         lat = [x["client_s"] for x in refused]
@@ -145,7 +147,7 @@ class Load:
             codes[str(x["status"])] = codes.get(str(x["status"]), 0) + 1
         return {
             "sent": len(r), "by_status": codes,
-            "offered_per_s": round(len(r) / self.duration_s, 2),
+            "offered_per_s": round(len(r) / min(self.duration_s, until_s - since_s), 2),
             "lost": sum(x["status"] == 0 for x in r),
             "within_budget_of_sent": round(sum(x.get("within_budget", False) for x in r)
                                            / max(1, len(r)), 4),
@@ -242,12 +244,13 @@ def overload(args: argparse.Namespace) -> dict:
         before = sampler.sample()
         rate = args.factor * args.capacity
         load = Load(session.url, rate, args.duration, args.seed, tuple(args.budget),
-                    drain_s=60.0)
+                    policy=args.load_policy, drain_s=60.0)
         with sampler:
             asyncio.run(load.run())
         time.sleep(10.0)  # after: queues drained, the load gone
         after = sampler.sample()
-        return {"measurement": "overload", "rate_per_min": rate, "factor": args.factor,
+        return {"measurement": "overload", "policy": args.load_policy or "default",
+                "rate_per_min": rate, "factor": args.factor,
                 "capacity_per_min": args.capacity, "duration_s": args.duration,
                 "load": load.summary(), "rss": sampler.report(before, after)}
     finally:
@@ -275,11 +278,12 @@ def kill_replicas(args: argparse.Namespace) -> dict:
             time.sleep(0.25)
         rate = args.factor * args.capacity
         duration = args.warmup + len(models) * args.every
-        load = Load(session.url, rate, duration, args.seed, tuple(args.budget))
+        load = Load(session.url, rate, duration, args.seed, tuple(args.budget),
+                    policy=args.load_policy)
 
         async def kill_each(ld: Load) -> None:
             await asyncio.sleep(args.warmup)
-            for m in models:
+            for m in ([] if args.control else models):
                 t_next = time.monotonic() + args.every
                 names = _replica_names(m)
                 victim = names[0]
@@ -318,9 +322,16 @@ def kill_replicas(args: argparse.Namespace) -> dict:
 
         asyncio.run(load.run(kill_each))
         counters = ray.get(session.orchestrator.state.remote())["counters"]
-        return {"measurement": "kill-replicas", "rate_per_min": rate, "factor": args.factor,
-                "replicas_per_model": args.replicas, "kills": kills, "counters": counters,
-                "load": load.summary()}
+        windows = {f"{a:g}-{b:g}s": load.summary(a, b) for a, b in zip(
+            [0.0, *[args.warmup + i * args.every for i in range(len(models))]],
+            [args.warmup + i * args.every for i in range(len(models) + 1)], strict=True)}
+        return {"measurement": "kill-replicas", "policy": args.load_policy or "default",
+                "rate_per_min": rate, "factor": args.factor,
+                "control_no_kills": args.control, "replicas_per_model": args.replicas,
+                "kills": kills, "counters": counters, "load": load.summary(),
+                "by_window_sent": {k: {x: v[x] for x in ("sent", "lost", "within_budget_of_sent",
+                                                       "goodput")}
+                                   for k, v in windows.items()}}
     finally:
         session.stop()
 
@@ -333,7 +344,8 @@ def kill_orchestrator(args: argparse.Namespace) -> dict:
     marks: dict[str, float] = {}
     try:
         rate = args.factor * args.capacity
-        load = Load(session.url, rate, args.warmup + args.after, args.seed, tuple(args.budget))
+        load = Load(session.url, rate, args.warmup + args.after, args.seed, tuple(args.budget),
+                    policy=args.load_policy)
 
         async def kill(ld: Load) -> None:
             await asyncio.sleep(args.warmup)
@@ -348,7 +360,8 @@ def kill_orchestrator(args: argparse.Namespace) -> dict:
                         if x["sent_s"] >= k and x["status"] == 200)
         first_sent_ok = min((x["sent_s"] - k for x in load.records
                              if x["sent_s"] >= k and x["status"] == 200), default=None)
-        return {"measurement": "kill-orchestrator", "rate_per_min": rate,
+        return {"measurement": "kill-orchestrator", "policy": args.load_policy or "default",
+                "rate_per_min": rate,
                 "kill_at_s": round(k, 2),
                 "inflight_at_kill": len(inflight),
                 "inflight_statuses": sorted({x["status"] for x in inflight}),
@@ -528,8 +541,11 @@ def main() -> None:
     ap.add_argument("--every", type=float, default=20.0, help="seconds between replica kills")
     ap.add_argument("--after", type=float, default=30.0, help="load after the orchestrator kill")
     ap.add_argument("--strongest", default="llama-3.1-70b")
+    ap.add_argument("--control", action="store_true", help="kill-replicas: the same load, no kill")
     ap.add_argument("--policy", default="always-strongest")
     ap.add_argument("--policies", default="always-strongest,infra-heuristic")
+    ap.add_argument("--load-policy", default=None,
+                    help="overload / kill-*: the policy queries ask for (default: the pool's)")
     ap.add_argument("--rates", type=float, nargs="+", default=(362.0, 724.0))
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--out", type=Path)
