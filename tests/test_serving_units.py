@@ -260,6 +260,12 @@ def test_ingress_gate_refuses_by_the_control_planes_delay():
     off.enter()
     off.delay_s = 1e6
     assert off.refusal(0.1) is None
+    full = IngressGate(None, max_inflight=2, clock=clock.now)
+    full.enter()
+    assert full.refusal(1.0) is None
+    full.enter()
+    assert full.refusal(1.0) == {"http_status": 429, "error": "too many queries in flight",
+                                 "retry_after": 1}
 
 
 def test_replica_latency_ewmas_count_the_queue_wait():

@@ -300,7 +300,8 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
     class Api:
         def __init__(self) -> None:
             self.orchestrator = ray.get_actor(ORCHESTRATOR, namespace=NAMESPACE)
-            self.gate = IngressGate(cfg.engine.admission_margin)
+            self.gate = IngressGate(cfg.engine.admission_margin,
+                                    cfg.serving.max_inflight_queries)
             self.shed = shed_counter()
 
         @app.get("/healthz")
@@ -317,7 +318,8 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
                 return _error(422, f"budget_s: must be <= {max_budget:g} s")
             refusal = self.gate.refusal(body.budget_s)
             if refusal is not None:
-                self.shed.inc(tags={"reason": "ingress_saturated"})
+                self.shed.inc(tags={"reason": "ingress_saturated" if refusal["http_status"] == 503
+                                    else "max_inflight_queries"})
                 return _reply(refusal)
             started, out = self.gate.enter(), {}
             try:

@@ -8,7 +8,10 @@ calls (its time here less the span from its first call's start to its last call'
 an EWMA of it; a new query cannot finish before that delay, so one whose budget the delay
 exceeds by more than the admission margin is refused here, in this process, at once (HTTP 503
 with Retry-After), never reaching the orchestrator. With no query in flight the EWMA is
-forgotten (an idle service admits; the next answers measure it again)."""
+forgotten (an idle service admits; the next answers measure it again).
+
+The ``max_inflight_queries`` bound is checked here too (429), so that its refusal does not wait
+for a busy orchestrator's event loop; the orchestrator keeps its own check for other paths."""
 
 from __future__ import annotations
 
@@ -23,14 +26,17 @@ from inframind_ray.replica.predict import too_late
 class IngressGate:
     """The ingress's admission state: its queries in flight, the control-plane delay EWMA."""
 
-    def __init__(self, margin: float | None,
+    def __init__(self, margin: float | None, max_inflight: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.margin, self.clock = margin, clock
+        self.margin, self.max_inflight, self.clock = margin, max_inflight, clock
         self.inflight = 0
         self.delay_s = 0.0  # EWMA of answered queries' time outside their agent calls
 
     def refusal(self, budget_s: float) -> dict | None:
-        """The 503 answer for a query due in ``budget_s`` that the rule refuses; None admits."""
+        """The 429 (``max_inflight`` queries in flight) or 503 (the rule) answer for a query due
+        in ``budget_s``; None admits."""
+        if self.max_inflight is not None and self.inflight >= self.max_inflight:
+            return {"http_status": 429, "error": "too many queries in flight", "retry_after": 1}
         if self.inflight == 0:
             self.delay_s = 0.0
         if not too_late(self.delay_s, budget_s, self.margin):
