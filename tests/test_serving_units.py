@@ -239,7 +239,9 @@ def test_ingress_gate_refuses_by_the_control_planes_delay():
     """The ingress replica's gate: a query's time outside its agent calls (its time at the
     ingress less its calls' span) feeds the delay EWMA; a budget that delay exceeds by more
     than the margin is refused at once (503, Retry-After = the excess, the reason), a longer
-    one admitted; with nothing in flight the delay is forgotten; the rule off admits all."""
+    one admitted; with nothing in flight the delay is forgotten; the rule off admits all. Ahead
+    of any slow answer, Little's law: 100 in flight at 2 completions/s whose calls span 2 s
+    predict a 48 s wait; ``max_inflight`` answers 429."""
     from inframind_ray.serving.gate import IngressGate
 
     clock = Clock(0.0)
@@ -251,7 +253,8 @@ def test_ingress_gate_refuses_by_the_control_planes_delay():
     assert gate.delay_s == pytest.approx(36.0) and gate.inflight == 1
     out = gate.refusal(20.0)
     assert out["http_status"] == 503 and out["retry_after"] == 16, out
-    assert out["error"].startswith("the service is saturated: queries spend 36 s outside")
+    assert out["error"].startswith("the service is saturated: a new query is predicted to wait "
+                                   "36 s outside")
     assert gate.refusal(30.0) is None  # 36 <= 1.5 x 30
     gate.leave(second, {"http_status": 503, "error": "x"})  # no steps: no sample
     assert gate.delay_s == pytest.approx(36.0)
@@ -260,6 +263,15 @@ def test_ingress_gate_refuses_by_the_control_planes_delay():
     off.enter()
     off.delay_s = 1e6
     assert off.refusal(0.1) is None
+    little = IngressGate(0.5, window_s=5.0, clock=clock.now)
+    for _ in range(100):
+        little.enter()
+    for _ in range(10):  # answered fast (0.1 s outside 2 s of calls), 0.4 s apart
+        clock.t += 0.4
+        little.leave(little.enter() - 2.1, {"steps": [{"start_s": 0.05, "end_s": 2.05}]})
+    assert little.delay_s == pytest.approx(0.1) and little.span_s == pytest.approx(2.0)
+    assert little.predicted_delay_s() == pytest.approx(48.0)
+    assert little.refusal(20.0)["retry_after"] == 28 and little.refusal(40.0) is None
     full = IngressGate(None, max_inflight=2, clock=clock.now)
     full.enter()
     assert full.refusal(1.0) is None
