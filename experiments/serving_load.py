@@ -32,6 +32,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -159,7 +160,8 @@ class Load:
             "refused_with_retry_after": sum(bool(x["retry_after"]) for x in refused),
             "refusal_p50_ms": round(1e3 * float(np.percentile(lat, 50)), 1) if lat else None,
             "refusal_p99_ms": round(1e3 * float(np.percentile(lat, 99)), 1) if lat else None,
-            "refusal_reasons": sorted({str(x["error"])[:90] for x in refused}),
+            "refusal_reasons": sorted({re.sub(r"[0-9][0-9.e+]*", "#", str(x["error"]))
+                                       for x in refused}),
         }
 
 
