@@ -180,6 +180,19 @@ def _known(what: str, value: str, known: Iterable[str]) -> str:
     return value
 
 
+class RolloutConfig(BaseModel):
+    """Live rollouts of the learned policy, written beside the records (docs/continual.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(True, description="record every decision of the learned policy")
+    flush_rows: int = Field(256, gt=0, le=100_000,
+                            description="write a Parquet batch when this many rows are buffered")
+    flush_s: float = Field(30.0, gt=0, description="... or when the oldest is this old (s)")
+    feedback_window: int = Field(
+        100_000, gt=0, le=10_000_000,
+        description="the most recent queries that accept POST /v1/feedback")
+
+
 class ServingConfig(BaseModel):
     """Ray Serve side of a pool: HTTP, orchestrator and metrics settings."""
 
@@ -196,6 +209,10 @@ class ServingConfig(BaseModel):
     stale_after_s: float = Field(C.STALE_AFTER_S, gt=0)
     unavailable_after_s: float = Field(C.UNAVAILABLE_AFTER_S, gt=0)
     records_dir: str = "runs/records"
+    registry_dir: str = Field(
+        "runs/policies", description="the learned policy's version registry (docs/continual.md); "
+        "an empty one is seeded with policy_checkpoint (or the shipped policy)")
+    rollouts: RolloutConfig = RolloutConfig()
     max_body_bytes: int = Field(65_536, gt=0)
     max_inflight_queries: int = Field(1024, gt=0)
     max_budget_s: float = Field(3600.0, gt=0)
@@ -206,6 +223,18 @@ class ServingConfig(BaseModel):
     orchestrator_max_restarts: int = Field(
         -1, ge=-1, description="times Ray restarts a dead orchestrator (-1: always)")
     embed: bool = Field(True, description="embed queries with MiniLM in the orchestrator")
+
+    @field_validator("registry_dir")
+    @classmethod
+    def _registry_is_a_folder(cls, v: str) -> str:
+        p = Path(v).expanduser()
+        if not v.strip():
+            raise ValueError("must name a folder")
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"{v} exists and is not a folder")
+        if (p / "versions").exists() and not (p / "versions").is_dir():
+            raise ValueError(f"{v}/versions is not a folder: not a policy registry")
+        return v
 
 
 class PoolConfig(BaseModel):

@@ -21,7 +21,8 @@ CLI = [sys.executable, "-m", "inframind_ray.cli"]
 def test_serve_query_load_roundtrip(tmp_path):
     cfg = yaml.safe_load((ROOT / "tests" / "pools" / "serve_test.yaml").read_text())
     cfg["serving"].update(port=8768, api_key_env="INFRAMIND_TEST_KEY", embed=False,
-                          records_dir=str(tmp_path / "rec"), max_inflight_queries=64)
+                          records_dir=str(tmp_path / "rec"), max_inflight_queries=64,
+                          registry_dir=str(tmp_path / "policies"))
     cfg["models"][0]["max_num_seqs"] = 8
     cfg["models"][0]["max_queue"] = 64  # the learned policy's votes must not overflow "big"
     path = tmp_path / "pool.yaml"
@@ -43,6 +44,10 @@ def test_serve_query_load_roundtrip(tmp_path):
         r = subprocess.run([*CLI, "query", "--item-id", "70", "--url", url], capture_output=True,
                            text=True, timeout=120, env={**os.environ, "INFRAMIND_API_KEY": ""})
         assert r.returncode == 2 and "401" in r.stderr and "Traceback" not in r.stderr
+        # the registry and feedback endpoints take the same key
+        assert _post(url + "/v1/feedback", {"query_id": "x", "score": 1}) == 401
+        assert _post(url + "/v1/policies/rollback", {}) == 401
+        assert _post(url + "/v1/feedback", {"query_id": "x", "score": 1}, "s3cret") == 404
         kenv = {**os.environ, "INFRAMIND_API_KEY": "s3cret"}
         r = subprocess.run([*CLI, "query", "--item-id", "70", "--budget", "60", "--url", url],
                            capture_output=True, text=True, timeout=120, env=kenv)
@@ -71,3 +76,17 @@ def test_serve_query_load_roundtrip(tmp_path):
         except subprocess.TimeoutExpired:
             srv.kill()
     assert srv.returncode == 0
+
+
+def _post(url: str, body: dict, key: str | None = None) -> int:
+    """The HTTP status of a JSON POST (with ``key`` as a bearer token)."""
+    import urllib.error
+
+    req = urllib.request.Request(url, json.dumps(body).encode(), method="POST", headers={
+        "content-type": "application/json", **({"authorization": f"Bearer {key}"} if key
+                                               else {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code

@@ -109,6 +109,41 @@ def test_lagrangian_reward_and_lambda_rises(hot_algo):
     assert state["lagrangian_lambda"] == learner.lam
 
 
+def test_accuracy_floor_adds_mu_correct_and_mu_rises(hot_algo):
+    """LAMaS's accuracy floor: the reward gains ``mu * correct`` (all over 1 + mu); with a floor
+    S0 = 1 (above any batch's accuracy) one update raises mu from 0, logs it and keeps it in the
+    learner's state; without a floor mu stays 0."""
+    episodes = hot_algo.env_runner.sample(num_episodes=1, explore=True)
+    piece = LagrangianReward(lam=0.5, mu=2.0)
+    piece(rl_module=None, batch={}, episodes=episodes)
+    checked = 0
+    for ep in episodes:
+        for sa in ep.agent_episodes.values():
+            info = sa.get_infos(-1)
+            if "cost" in info:
+                assert info["correct"] >= info["quality"]  # right and in budget => right
+                want = (info["quality"] - 0.5 * info["cost"] * info["weight"]
+                        - info.get("toll", 0.0) + 2.0 * info["correct"]) / 3.0
+                assert sa.get_rewards(-1) == pytest.approx(want, abs=1e-5)
+                checked += 1
+    assert checked > 0 and len(piece.query_correct) == len(piece.query_costs)
+
+    learner = hot_algo.learner_group._learner
+    assert learner.accuracy_floor is None and learner.mu == 0.0
+    hot_algo.learner_group.update(episodes=hot_algo.env_runner.sample(num_episodes=1))
+    assert learner.mu == 0.0  # no floor: no multiplier
+    learner.accuracy_floor = 1.0
+    try:
+        res = hot_algo.learner_group.update(
+            episodes=hot_algo.env_runner.sample(num_episodes=1, explore=True))
+        assert np.mean(learner.reward_piece.query_correct) < 1.0
+        assert learner.mu > 0.0 and learner.reward_piece.mu == learner.mu
+        assert '"mu"' in json.dumps(res, default=str) or "mu" in str(res)
+        assert learner.get_state()["lagrangian_mu"] == learner.mu
+    finally:
+        learner.accuracy_floor, learner.mu, learner.reward_piece.mu = None, 0.0, 0.0
+
+
 TINY = {
     "hidden": 32,  # small nets: the warm start fits in seconds
     "env": {"pool": "constrained", "queries_per_episode": 400, "rate_range": [300, 300],

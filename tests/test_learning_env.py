@@ -145,3 +145,24 @@ def test_congestion_toll():
 def _query(aid: str) -> str:
     """``<sim>/<query>`` of an agent id."""
     return "/".join(aid.split("/")[1:3])
+
+
+def test_budget_free_episodes_count_late_right_answers_as_accuracy_not_quality():
+    """``deadlines: false``: nothing is shed or aborted, so every query ends answered; a late
+    right answer has ``correct`` 1 but quality 0 (the accuracy floor's measure differs from
+    goodput), and with deadlines the two coincide (a late call is aborted)."""
+    hot = {"pool": "constrained", "queries_per_episode": 30, "rate_range": [600, 600],
+           "budget_ranges": [[4, 8]], "trace_fraction": 0.0}
+    seen = {}
+    for deadlines in (False, True):
+        e = TwinOrchestrationEnv({**hot, "deadlines": deadlines})
+        try:
+            _, _, infos = _play(e, seed=3)
+        finally:
+            e.close()
+        plans = [i for a, i in infos.items() if a.startswith("plan/")]
+        assert plans and all(i["correct"] >= i["quality"] for i in plans)
+        seen[deadlines] = plans
+    late_right = [i for i in seen[False] if i["correct"] > i["quality"]]
+    assert late_right, "budget-free: some right answers come late"
+    assert not [i for i in seen[True] if i["correct"] > i["quality"]], "aborted when late"

@@ -87,6 +87,7 @@ def session(tmp_path_factory, otlp):
     # the shipped learned policy serves by default, on a pool it was never trained on
     cfg = cfg.model_copy(update={"serving": cfg.serving.model_copy(
         update={"records_dir": str(tmp_path_factory.mktemp("records")),
+                "registry_dir": str(tmp_path_factory.mktemp("policies")),
                 "policy_checkpoint": None})})
     s = start(cfg)
     yield s
@@ -338,7 +339,7 @@ def test_records_written_as_parquet(session):
 
     paths = ray.get(session.orchestrator.flush_records.remote())
     kinds = {Path(p).name.split("-")[0] for p in paths}
-    assert kinds == {"calls", "queries"}
+    assert kinds == {"calls", "queries", "decisions", "rollouts"}  # + the learned policy's
     calls = pq.read_table([p for p in paths if Path(p).name.startswith("calls")][0])
     assert {"query_id", "model", "strategy", "queue_wait_s", "ttft_s", "latency_s",
             "deadline_in_s", "status"} <= set(calls.column_names)
@@ -468,6 +469,114 @@ def test_prometheus_metrics_and_dashboard(session):
     used = set(re.findall(r"ray_(inframind_[a-z_]+?)(?:_bucket|_count|_sum)?\b",
                           json.dumps(dash)))
     assert used and used <= set(NAMES), used - set(NAMES)
+
+
+def test_policy_registry_rollouts_and_feedback(session, tmp_path):
+    """The registry through the API: a promote swaps the served version without touching the
+    query in flight; pin blocks promote; a corrupt candidate is refused (409, one line) and the
+    incumbent serves; rollback. Every served decision is a rollout row whose observation gives
+    back the recorded action; graded queries carry quality, free text only its latency cost,
+    and POST /v1/feedback adds a score to a recent query (404 unknown, 422 bad score)."""
+
+    import pyarrow.parquet as pq
+
+    from inframind_ray.policy.features import EXECUTOR_OBS, PLANNER_OBS
+    from inframind_ray.policy.learned import LearnedPolicy
+    from inframind_ray.policy.registry import PolicyRegistry
+
+    wait_idle(session)
+    orch = session.orchestrator
+    reg = PolicyRegistry(session.cfg.serving.registry_dir)
+    pool = build_pool_info(session.cfg)
+    st = http(session, "GET", "/v1/state")[1]
+    assert (st["policy_version"], st["policy_pinned"]) == ("v0001", False)
+    v2 = reg.register(LearnedPolicy(pool, seed=7, hidden=16).save(tmp_path / "c2"), pool,
+                      parent="v0001").version
+    inflight = orch.query.remote({"item_id": 71, "budget_s": 60, "query_id": "swap-1"})
+    end = time.time() + 20
+    while ray.get(orch.state.remote())["rollouts"]["in_flight"] == 0:  # started, with v0001
+        assert time.time() < end, "the query never showed in flight"
+        time.sleep(0.01)
+    promoted = ray.get(orch.policy_op.remote("promote", v2), timeout=60)
+    assert ray.get(orch.state.remote())["rollouts"]["in_flight"] == 1  # swapped mid-query
+    assert promoted["serving"] == v2 and promoted["active"] == v2
+    assert ray.get(inflight, timeout=120)["http_status"] == 200
+    code, out, _ = http(session, "POST", "/v1/queries",
+                        {"item_id": 72, "budget_s": 60, "query_id": "after-1"})
+    assert code == 200, out
+    assert http(session, "POST", "/v1/policies/pin", {})[0] == 200
+    assert http(session, "GET", "/v1/state")[1]["policy_pinned"] is True
+    code, out, _ = http(session, "POST", "/v1/policies/promote", {"version": "v0001"})
+    assert code == 409 and out["error"] == f"{v2} is pinned: unpin it before you promote"
+    assert http(session, "POST", "/v1/policies/unpin")[0] == 200
+    v3 = reg.register(LearnedPolicy(pool, seed=8, hidden=16).save(tmp_path / "c3"), pool).version
+    (reg.path(v3) / "policy.safetensors").write_bytes(b"flipped")
+    code, out, _ = http(session, "POST", "/v1/policies/promote", {"version": v3})
+    assert code == 409 and "digest mismatch" in out["error"] and "\n" not in out["error"]
+    assert http(session, "POST", "/v1/policies/promote", {"version": "v0077"})[0] == 404
+    assert http(session, "GET", "/v1/state")[1]["policy_version"] == v2
+    code, out, _ = http(session, "POST", "/v1/queries", {"query": "Name a prime number.",
+                                                        "budget_s": 30, "query_id": "fb-1"})
+    assert code == 200 and out["correct"] is None
+    code, out, _ = http(session, "POST", "/v1/policies/rollback")
+    assert code == 200 and out["serving"] == "v0001" and out["active"] == "v0001"
+
+    # feedback: a recent query's score; unknown id 404; a bad score 422; in the OpenAPI schema
+    code, fb, _ = http(session, "POST", "/v1/feedback", {"query_id": "fb-1", "score": 0.75})
+    assert code == 200 and fb["score"] == 0.75
+    assert http(session, "POST", "/v1/feedback", {"query_id": "nope", "score": 1})[0] == 404
+    for bad in (1.5, -0.1, "high"):
+        assert http(session, "POST", "/v1/feedback", {"query_id": "fb-1", "score": bad})[0] == 422
+    schema = http(session, "GET", "/openapi.json")[1]
+    assert schema["components"]["schemas"]["FeedbackRequest"]["properties"]["score"][
+        "maximum"] == 1
+    assert "/v1/feedback" in schema["paths"] and "/v1/policies/promote" in schema["paths"]
+
+    # the rollouts: decisions, episodes, feedback
+    paths = ray.get(orch.flush_records.remote())
+    root = Path(session.cfg.serving.records_dir)
+    table = {k: pq.read_table(sorted(root.glob(f"{k}-*.parquet"))).to_pylist()
+             for k in ("decisions", "rollouts", "feedback")}
+    assert paths and not list(root.glob(".*.tmp"))
+    eps = {r["query_id"]: r for r in table["rollouts"]}
+    assert (eps["swap-1"]["policy_version"], eps["after-1"]["policy_version"],
+            eps["fb-1"]["policy_version"]) == ("v0001", v2, v2)
+    assert eps["after-1"]["quality"] in (0.0, 1.0) and eps["fb-1"]["quality"] is None
+    assert 0.0 <= eps["fb-1"]["latency_cost"] <= 1.0
+    assert [f["rollout_id"] for f in table["feedback"]] == [eps["fb-1"]["rollout_id"]]
+    ids = [d["decision_id"] for d in table["decisions"]]
+    assert len(ids) == len(set(ids))
+    served = {v: reg.check(v, pool) for v in ("v0001", v2)}
+    for name in ("swap-1", "after-1", "fb-1"):
+        ep = eps[name]
+        rows = sorted((d for d in table["decisions"] if d["rollout_id"] == ep["rollout_id"]),
+                      key=lambda d: d["index"])
+        assert len(rows) == ep["n_decisions"] == 1 + ep["n_calls"]
+        assert [d["kind"] for d in rows] == ["plan"] + ["step"] * ep["n_calls"]
+        for d in rows:
+            sizes = PLANNER_OBS if d["kind"] == "plan" else EXECUTOR_OBS
+            obs = {k: np.asarray(d["obs_" + ("ctx" if k in ("emb", "sem") else k)], np.float32)
+                   for k in sizes}
+            assert {k: len(v) for k, v in obs.items()} == sizes
+            action, logp, value = served[ep["policy_version"]].act(
+                "planner" if d["kind"] == "plan" else "executor", obs)
+            assert action == d["action"] and logp == pytest.approx(d["logp"], abs=1e-4)
+            assert value == pytest.approx(d["value"], abs=1e-4) and d["logp"] <= 0
+            if d["kind"] == "step":
+                assert d["model"] in {"big", "small"} and d["call_status"] is not None
+                assert d["load_replicas"] >= 1 and d["call_latency_s"] >= 0
+
+    # the served version as a Prometheus gauge
+    port = session.cfg.serving.metrics_export_port
+    end, line = time.time() + 30, None
+    while time.time() < end and line is None:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        line = next((ln for ln in text.decode().splitlines()
+                     if ln.startswith("ray_inframind_policy_version_info{")
+                     and 'policy_version="v0001"' in ln and 'pinned="false"' in ln
+                     and ln.endswith("} 1.0")), None)
+        time.sleep(0.5)
+    assert line is not None
 
 
 def test_model_removed_and_added_while_serving(session):

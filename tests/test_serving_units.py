@@ -192,7 +192,8 @@ def test_bad_checkpoint_falls_back_to_heuristic_and_says_so(tmp_path, break_it):
 
         ckpt = V1_CHECKPOINT  # the previous policy's checkpoint: per-model vectors in order
     serving = cfg.serving.model_copy(update={
-        "records_dir": str(tmp_path / "rec"), "policy_checkpoint": None if ckpt is None
+        "records_dir": str(tmp_path / "rec"), "registry_dir": str(tmp_path / "reg"),
+        "policy_checkpoint": None if ckpt is None
         else str(ckpt), "embed": False})
     orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
     st = orch.state()

@@ -1,7 +1,8 @@
 """The ``inframind`` command line: one typer app, one module of commands per plane
 (``bench.py``: the twin's sweep, capacity, predictors, pools, embeddings; ``learn.py``: training;
-``serve.py``: Ray Serve, queries, load, demo, overhead; the ``twin`` sub-app of calibration
-commands lives in ``fidelity/cli.py``). User errors become one line and exit code 2."""
+``serve.py``: Ray Serve, queries, load, demo, overhead; ``policy.py``: the policy registry;
+the ``twin`` sub-app of calibration commands lives in ``fidelity/cli.py``). User errors become
+one line and exit code 2."""
 
 from __future__ import annotations
 
@@ -18,16 +19,18 @@ from inframind_ray.errors import InframindError
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="InfraMind on Ray: infrastructure-aware multi-agent LLM orchestration.")
 
-for _command in (_bench.bench, _bench.capacity, _learn.train, _learn.train_speed,
+for _command in (_bench.bench, _bench.capacity, _learn.train, _learn.train_speed, _learn.learn,
                  _bench.predictors, _bench.pools, _bench.embed, _tasks.tasks, _tasks.grade,
                  _serve.serve, _serve.serve_config, _serve.kuberay, _serve.query, _serve.load,
                  _serve.calibrate,
                  _serve.demo, _serve.overhead):
     app.command()(_command)
 
+from inframind_ray.cli.policy import policy_app  # noqa: E402
 from inframind_ray.fidelity.cli import twin_app  # noqa: E402
 
 app.add_typer(twin_app, name="twin")
+app.add_typer(policy_app, name="policy")
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""Commands of the learning plane: ``inframind train``."""
+"""Commands of the learning plane: ``inframind train`` (in the twin), ``inframind learn`` (from
+the served pool's live rollouts), ``train-speed``."""
 
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ def train(
                 parts.append(f"lambda {row['lambda']:.3f}")
             if row.get("mean_cost") is not None:
                 parts.append(f"cost {row['mean_cost']:.3f}")
+            if cfg.lagrangian.accuracy_floor is not None and row.get("mu") is not None:
+                parts.append(f"acc {row.get('train_accuracy') or 0:.3f} "
+                             f"(floor {cfg.lagrangian.accuracy_floor:g}) mu {row['mu']:.3f}")
             if row.get("decisions_per_s") is not None:
                 parts.append(f"{row['decisions_per_s']:.0f} dec/s")
             ex = row.get("diagnostics", {}).get("executor") or {}
@@ -129,3 +133,28 @@ def train_speed(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps([r.as_dict() for r in rows], indent=2))
         console.print(f"wrote {out}")
+
+
+def learn(
+    config: Annotated[Path, typer.Option("-c", "--config", help="continual YAML "
+                                         "(rllib_configs/continual.yaml)")],
+    out: Annotated[Path, typer.Option(help="output folder (ledger, checkpoints, metrics; "
+                                      "a restart resumes from it)")] = Path("runs/continual"),
+    iterations: Annotated[int | None, typer.Option(
+        min=0, help="PPO iterations (default: the config's; 0 until stopped)")] = None,
+) -> None:
+    """Learn from the served pool's live rollouts (RLlib PPO, skeleton of docs/continual.md):
+    each iteration's nets become a candidate version in the pool's registry; nothing is
+    promoted."""
+    from inframind_ray.learning.continual import learn as run
+    from inframind_ray.learning.continual import load_continual_config
+
+    cfg = load_continual_config(config)
+
+    def show(row: dict) -> None:
+        console.print(f"iteration {row['iteration']}: candidate {row['candidate']} from "
+                      f"{row['rollouts']} rollouts ({row['acknowledged']} acknowledged), "
+                      f"lambda {row['lambda']:.3f}, skipped {row['skipped']}")
+
+    with console.status("waiting for rollouts and training"):
+        run(cfg, out, iterations, on_row=show)

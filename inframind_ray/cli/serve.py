@@ -321,9 +321,11 @@ def overhead(
         "deployments/echo_pool.yaml"),
     n: Annotated[int, typer.Option(help="measured pairs (after 20 warm-up)")] = 300,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/overhead"),
+    rollouts: Annotated[bool, typer.Option(help="also the learned policy's agent steps with "
+                                           "rollout recording off vs on")] = True,
 ) -> None:
     """Side by side: a bare deployment-handle hop vs an orchestrated agent step (zero-latency
-    engine); writes OUT/overhead.json."""
+    engine), and the cost of recording rollouts per agent step; writes OUT/overhead.json."""
     import json
 
     import ray
@@ -337,7 +339,8 @@ def overhead(
         session = start(cfg)
     try:
         with console.status(f"measuring {n} hop/step pairs"):
-            res = ray.get(session.orchestrator.measure_overhead.remote(n, cfg.models[0].name))
+            res = ray.get(session.orchestrator.measure_overhead.remote(n, cfg.models[0].name,
+                                                                      rollouts=rollouts))
     finally:
         session.stop()
     out.mkdir(parents=True, exist_ok=True)

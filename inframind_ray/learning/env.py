@@ -90,6 +90,11 @@ class EnvConfig(BaseModel):
     token_budget: bool = True
     """The policy caps DeepThink calls at each model's token budget (``Policy.token_budget``,
     policy/base.py) and its price list expects the capped lengths."""
+    deadlines: bool = True
+    """False: the budget-free workload (``bench --no-deadlines``): calls carry no deadline, so no
+    queue sheds and nothing aborts a late call; the reward still reads the query's budget (a late
+    answer earns no quality and pays the lateness cost, but it can be right: accuracy and goodput
+    differ). The validation runs use the same setting."""
     counterfactual_baseline: bool = False
     """Subtract from every decision's reward whether the strongest model alone (DeepThink) answers
     the item right, read from the recorded answers (``reward_terms``). It does not depend on
@@ -102,12 +107,18 @@ def query_terms(res: QueryResult, outcome: OutcomeModel) -> tuple[float, float, 
     for a correct answer within budget; cost ``min(1, latency/budget - 1)``, 1 when aborted;
     weight ``l(o)/T`` (longest path through the node over the critical path)."""
     q = res.query
-    quality = float(outcome.is_correct(q.item_id, res.answer, q.task) and res.within_budget)
+    quality = float(res.within_budget and query_correct(res, outcome))
     late = min(1.0, max(0.0, res.latency / q.budget_s - 1.0))
     cost = late if res.status.ok else 1.0  # not answered (deadline, shed, overloaded): full cost
     graph = build_graph(res.plan)
     return quality, cost, {s.node_id: graph.path_through(s.node_id) / graph.critical_path_len
                            for s in res.steps}
+
+
+def query_correct(res: QueryResult, outcome: OutcomeModel) -> bool:
+    """The query was answered right, however late (the accuracy floor's measure)."""
+    q = res.query
+    return res.status.ok and outcome.is_correct(q.item_id, res.answer, q.task)
 
 
 def slot_seconds(s: AgentResult) -> float:
@@ -125,6 +136,7 @@ class RewardTerms:
     cost: float
     weight: dict[int, float]  # LAMaS l(o)/T per executed node
     toll: dict[int, float]  # congestion toll per node (absent: none)
+    correct: float = 0.0  # answered right, however late: the accuracy floor's measure
 
     def weight_of(self, node: int | None) -> float:
         """A node's LAMaS weight; the planner's (node None) is 1."""
@@ -137,7 +149,7 @@ class RewardTerms:
     def infos(self, node: int | None) -> dict[str, float]:
         """A decision's terminal infos (what ``LagrangianReward`` rewrites the reward from)."""
         return {"quality": self.quality, "cost": self.cost, "weight": self.weight_of(node),
-                "baseline": self.baseline, "toll": self.toll_of(node)}
+                "baseline": self.baseline, "toll": self.toll_of(node), "correct": self.correct}
 
     def reward(self, node: int | None, lam: float) -> float:
         """The reward of the planner (node None) or of one executor node."""
@@ -250,7 +262,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
                             tuple(parse_mix(self.cfg.tasks).items()))
         period = float(self.cfg.metrics_periods[int(rng.integers(len(self.cfg.metrics_periods)))])
         history = int(rng.integers(2**31)) if rng.random() < self.cfg.history_fraction else None
-        return Episode(spec, period, history)
+        return Episode(spec, period, history, self.cfg.deadlines)
 
     def _episode_rng(self, sim: int) -> np.random.Generator:
         """Sub-simulation ``sim``'s draws at this reset (sub-simulation 0 as a one-sim env)."""
@@ -340,7 +352,8 @@ class TwinOrchestrationEnv(MultiAgentEnv):
                 if self.cfg.counterfactual_baseline else 0.0)
         toll = {s.node_id: min(TOLL_CAP, self.cfg.congestion_toll * slot_seconds(s))
                 for s in res.steps if _saturated(pool.info, s)}
-        return RewardTerms(quality, base, cost, node_w, toll)
+        return RewardTerms(quality, base, cost, node_w, toll,
+                           float(query_correct(res, pool.outcome)))
 
     def _reward(self, sim: SubSim, res: QueryResult) -> None:
         t = self.reward_terms(res, sim.pool)

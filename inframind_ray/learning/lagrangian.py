@@ -1,13 +1,18 @@
-"""The constrained objective: maximise quality s.t. mean lateness cost <= delta.
+"""The constrained objective: maximise quality s.t. mean lateness cost <= delta and, optionally,
+accuracy >= S0 (LAMaS's accuracy floor).
 
 A learner-connector piece (first in the learner pipeline, so GAE sees its rewards) rewrites every
 agent's terminal reward from the env's infos as ``quality - baseline - lam * cost * weight -
-toll`` (quality first: a correct, in-budget answer is worth 1; LAMaS credit: ``weight = l(o) /
-T``; ``baseline`` is the env's optional per-item counterfactual baseline, ``toll`` its optional
-congestion toll, else 0). The Learner, a PPO
-learner subclass, owns ``lam`` and updates it by projected dual ascent after each gradient-based
-update: ``lam <- max(0, lam + eta * (mean_cost - delta))`` over the batch's queries, logged under
-``lagrangian/*`` every iteration and kept in the learner's state (checkpoints, resume).
+toll + mu * correct`` (quality first: a correct, in-budget answer is worth 1; LAMaS credit:
+``weight = l(o) / T``; ``baseline`` is the env's optional per-item counterfactual baseline,
+``toll`` its optional congestion toll, else 0; ``correct`` is 1 for a right answer however late),
+all over ``1 + mu`` so that the returns stay on the value head's scale while mu grows (the same
+optimum; without a floor mu is 0 and nothing is scaled).
+The Learner, a PPO learner subclass, owns both multipliers and updates them by projected dual
+ascent after each gradient-based update, over the batch's queries: ``lam <- max(0, lam + eta *
+(mean_cost - delta))`` and, when a floor ``S0`` is set, ``mu <- max(0, mu + eta_mu * (S0 -
+mean_accuracy))``; both are logged under ``lagrangian/*`` every iteration and kept in the
+learner's state (checkpoints, resume).
 """
 
 from __future__ import annotations
@@ -30,19 +35,21 @@ def dual_ascent(lam: float, mean_cost: float, delta: float, lr: float,
 
 
 class LagrangianReward(ConnectorV2):
-    """Terminal reward = quality - baseline - lam * cost * weight - toll (the agent's final
-    infos)."""
+    """Terminal reward = (quality - baseline - lam * cost * weight - toll + mu * correct) / (1 +
+    mu) (the agent's final infos)."""
 
     def __init__(self, input_observation_space=None, input_action_space=None, *,
-                 lam: float = 0.0, **kwargs: Any) -> None:
+                 lam: float = 0.0, mu: float = 0.0, **kwargs: Any) -> None:
         super().__init__(input_observation_space, input_action_space, **kwargs)
         self.lam = lam
+        self.mu = mu  # the accuracy floor's multiplier (0 without a floor)
         self.query_costs: list[float] = []  # one per query (from its planner agent)
         self.query_quality: list[float] = []
+        self.query_correct: list[float] = []
 
     def __call__(self, *, rl_module, batch, episodes, explore=None, shared_data=None,
                  **kwargs: Any):
-        costs, quality = [], []
+        costs, quality, correct = [], [], []
         for sa in self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False):
             if len(sa) == 0:
                 continue
@@ -50,12 +57,14 @@ class LagrangianReward(ConnectorV2):
             if not isinstance(info, dict) or "cost" not in info:
                 continue
             reward = (info["quality"] - info.get("baseline", 0.0)
-                      - self.lam * info["cost"] * info["weight"] - info.get("toll", 0.0))
+                      - self.lam * info["cost"] * info["weight"] - info.get("toll", 0.0)
+                      + self.mu * info.get("correct", 0.0)) / (1.0 + self.mu)
             sa.set_rewards(new_data=np.float32(reward), at_indices=-1)
             if sa.module_id == PLANNER or str(sa.agent_id).startswith("plan/"):
                 costs.append(float(info["cost"]))
                 quality.append(float(info["quality"]))
-        self.query_costs, self.query_quality = costs, quality
+                correct.append(float(info.get("correct", 0.0)))
+        self.query_costs, self.query_quality, self.query_correct = costs, quality, correct
         return batch
 
 
@@ -63,7 +72,8 @@ class LagrangianPPOLearner(PPOTorchLearner):
     """PPO learner holding the Lagrange multiplier of the latency constraint.
 
     Settings come from ``config.learner_config_dict``: ``lam_init``, ``lam_lr`` (eta),
-    ``cost_target`` (delta) and ``lam_max``.
+    ``cost_target`` (delta) and ``lam_max``; for the accuracy floor ``accuracy_floor`` (S0, None:
+    no floor), ``mu_init``, ``mu_lr`` and ``mu_max``.
     """
 
     def build(self) -> None:
@@ -74,12 +84,17 @@ class LagrangianPPOLearner(PPOTorchLearner):
         self.lam_lr = float(cfg.get("lam_lr", 0.5))
         self.cost_target = float(cfg.get("cost_target", 0.01))
         self.lam_max = float(cfg.get("lam_max", 100.0))
+        floor = cfg.get("accuracy_floor")
+        self.accuracy_floor = None if floor is None else float(floor)
+        self.mu = float(cfg.get("mu_init", 0.0)) if floor is not None else 0.0
+        self.mu_lr = float(cfg.get("mu_lr", 2.0))
+        self.mu_max = float(cfg.get("mu_max", 20.0))
         pieces = [c for c in self._learner_connector.connectors
                   if isinstance(c, LagrangianReward)] if self._learner_connector else []
         if not pieces:
             raise ValueError("LagrangianPPOLearner needs the LagrangianReward learner connector")
         self.reward_piece = pieces[0]
-        self.reward_piece.lam = self.lam
+        self.reward_piece.lam, self.reward_piece.mu = self.lam, self.mu
 
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict,
                                 fwd_out: dict) -> Any:
@@ -115,12 +130,20 @@ class LagrangianPPOLearner(PPOTorchLearner):
             self.metrics.log_value(("lagrangian", "mean_cost"), mean_cost, window=1)
             self.metrics.log_value(("lagrangian", "goodput"),
                                    float(np.mean(self.reward_piece.query_quality)), window=1)
+            accuracy = float(np.mean(self.reward_piece.query_correct))
+            self.metrics.log_value(("lagrangian", "accuracy"), accuracy, window=1)
+            if self.accuracy_floor is not None:
+                self.mu = dual_ascent(self.mu, self.accuracy_floor, accuracy, self.mu_lr,
+                                      self.mu_max)  # rises while accuracy < S0
+                self.reward_piece.mu = self.mu
         self.metrics.log_value(("lagrangian", "lambda"), self.lam, window=1)
+        self.metrics.log_value(("lagrangian", "mu"), self.mu, window=1)
 
     def get_state(self, *args: Any, **kwargs: Any) -> dict:
         """Learner state plus lambda."""
         state = super().get_state(*args, **kwargs)
         state["lagrangian_lambda"] = self.lam
+        state["lagrangian_mu"] = self.mu
         return state
 
     def set_state(self, state: dict) -> None:
@@ -129,3 +152,6 @@ class LagrangianPPOLearner(PPOTorchLearner):
         if "lagrangian_lambda" in state:
             self.lam = float(state["lagrangian_lambda"])
             self.reward_piece.lam = self.lam
+        if "lagrangian_mu" in state:
+            self.mu = float(state["lagrangian_mu"])
+            self.reward_piece.mu = self.mu

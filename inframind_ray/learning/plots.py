@@ -29,7 +29,11 @@ def plot_training(history: list[dict], path: Path) -> None:
         a2b.plot([h["iteration"] for h in ppo], [h["mean_cost"] or 0 for h in ppo],
                  color="tab:red", label="mean lateness cost")
         a2b.set_ylabel("mean cost per query", color="tab:red")
-    a2.set(xlabel="PPO iteration", ylabel="lambda", title="Lagrange multiplier")
+        if any(h.get("mu") for h in ppo):  # the accuracy floor's multiplier, when one is set
+            a2.plot([h["iteration"] for h in ppo], [h.get("mu") or 0 for h in ppo],
+                    color="tab:green", label="mu (accuracy floor)")
+            a2.legend(loc="upper left")
+    a2.set(xlabel="PPO iteration", ylabel="multiplier", title="Lagrange multipliers")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -34,6 +34,7 @@ class Episode:
     workload: WorkloadSpec
     metrics_period_s: float = 0.0
     history_seed: int | None = None  # None: a fresh pool
+    deadlines: bool = True  # False: calls carry no deadline (nothing shed or aborted)
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ class SubSim:
         abort = pool.config.engine.on_deadline == "abort"
 
         async def one(q: QueryInfo) -> None:
-            res = await run_query(q, self._bridge, backend, state, abort_on_deadline=abort)
+            res = await run_query(q, self._bridge, backend, state, abort_on_deadline=abort,
+                                  deadlines=ep.deadlines)
             self.results.append(res)  # (the list is swapped by take_results meanwhile)
 
         tasks = []

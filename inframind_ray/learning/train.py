@@ -59,13 +59,19 @@ class PPOSettings(BaseModel):
 
 
 class LagrangianSettings(BaseModel):
-    """Dual ascent on the latency constraint: mean lateness cost <= cost_target."""
+    """Dual ascent on the latency constraint (mean lateness cost <= cost_target) and, when
+    ``accuracy_floor`` (S0) is set, on LAMaS's accuracy floor: mean accuracy (a right answer,
+    however late) >= S0, with its own multiplier mu."""
 
     model_config = ConfigDict(extra="forbid")
     lam_init: float = Field(1.0, ge=0)
     lam_lr: float = Field(1.0, gt=0)
     cost_target: float = Field(0.01, ge=0, le=1)
     lam_max: float = Field(50.0, gt=0)
+    accuracy_floor: float | None = Field(None, ge=0, le=1)
+    mu_init: float = Field(0.0, ge=0)
+    mu_lr: float = Field(2.0, gt=0)
+    mu_max: float = Field(20.0, gt=0)
 
 
 class EvalSettings(BaseModel):
@@ -108,9 +114,11 @@ def start_ray() -> None:
                  include_dashboard=False, log_to_driver=False, configure_logging=False)
 
 
-def build_algo(cfg: TrainConfig, env=None):
+def build_algo(cfg: TrainConfig, env=None, env_runner_cls=None):
     """The RLlib PPO algorithm: two modules, the Lagrangian learner, local sampling. ``env`` (an
-    env of the same config) only lends its spaces; one is built when not given."""
+    env of the same config) only lends its spaces; one is built when not given.
+    ``env_runner_cls`` replaces the sampler's runner (the live rollouts' runner of
+    learning/continual.py)."""
     import torch
     from ray.rllib.algorithms.ppo import PPOConfig
 
@@ -139,8 +147,9 @@ def build_algo(cfg: TrainConfig, env=None):
         .env_runners(num_env_runners=p.num_env_runners,
                      num_envs_per_env_runner=p.num_envs_per_env_runner,
                      batch_mode="complete_episodes", rollout_fragment_length="auto",
-                     **({"env_runner_cls": DecisionEnvRunner, "episodes_to_numpy": False}
-                        if p.sampler == "decisions" else {}))
+                     **({"env_runner_cls": env_runner_cls or DecisionEnvRunner,
+                         "episodes_to_numpy": False}
+                        if p.sampler == "decisions" or env_runner_cls else {}))
         .training(
             lr=p.lr, train_batch_size_per_learner=p.train_batch_size,
             minibatch_size=p.minibatch_size, num_epochs=p.num_epochs,
@@ -149,7 +158,9 @@ def build_algo(cfg: TrainConfig, env=None):
         )
         .learners(
             num_learners=0, learner_class=LagrangianPPOLearner,
-            learner_connector=lambda *a, **k: LagrangianReward(lam=cfg.lagrangian.lam_init),
+            learner_connector=lambda *a, **k: LagrangianReward(
+                lam=cfg.lagrangian.lam_init,
+                mu=cfg.lagrangian.mu_init if cfg.lagrangian.accuracy_floor is not None else 0.0),
             learner_config_dict=cfg.lagrangian.model_dump(),
         )
         .debugging(seed=cfg.seed, log_level="ERROR", log_sys_usage=False)
@@ -199,7 +210,8 @@ def evaluate(cfg: TrainConfig, checkpoint: Path | None, policy: str = "inframind
         w = WorkloadSpec(r, cfg.eval.queries, "poisson", "val", tuple(cfg.eval.budget),
                          cfg.eval.seed, tuple(parse_mix(cfg.env.tasks).items()))
         res = run_cell(CellSpec(pool, policy, w, None,
-                                str(checkpoint) if checkpoint else None))
+                                str(checkpoint) if checkpoint else None,
+                                deadlines=cfg.env.deadlines))
         s = res.summary
         rows.append({k: s[k] for k in ("rate_per_min", "goodput", "accuracy", "slo_attainment",
                                        "model_mix", "strategy_mix", "topology_mix")})
@@ -315,10 +327,11 @@ def _iteration_row(it: int, r: dict, elapsed: float, train_s: float,
     diag = {m: {k: num(learners.get(m, {}).get(v)) for k, v in DIAGNOSTICS.items()}
             for m in (PLANNER, EXECUTOR) if isinstance(learners.get(m), dict)}
     return {"iteration": it, "phase": "ppo", "elapsed_s": round(elapsed, 1),
-            "train_goodput": num(lag.get("goodput")),
+            "train_goodput": num(lag.get("goodput")), "train_accuracy": num(lag.get("accuracy")),
             "env_steps": steps, "decisions": decisions,
             "decisions_per_s": round((decisions - prev_dec) / train_s, 1) if train_s > 0 else None,
             "lambda": num(lag.get("lambda")), "mean_cost": num(lag.get("mean_cost")),
+            "mu": num(lag.get("mu")),
             "diagnostics": diag,
             "module_returns": {m: num(v) for m, v in
                                runners.get("module_episode_returns_mean", {}).items()}}

@@ -156,7 +156,7 @@ def _simulate(env, ep: Episode, policy: Policy) -> list:
             await asyncio.sleep(max(0.0, q.arrival_s - loop.time()))
             tasks.append(loop.create_task(run_query(
                 replace(q, arrival_s=loop.time()), policy, backend, state,
-                abort_on_deadline=abort)))
+                abort_on_deadline=abort, deadlines=ep.deadlines)))
         return list(await asyncio.gather(*tasks))
 
     results, _ = run_simulated(main())

@@ -153,10 +153,10 @@ class LearnedPolicy(Policy):
         self._traced: dict[tuple[str, int], torch.jit.ScriptModule] = {}
 
     @torch.inference_mode()
-    def _logits(self, which: str, obs: dict) -> torch.Tensor:
-        """One greedy forward pass through a TorchScript trace of the net (batch 1; it shares
-        the net's parameters, so loading weights later still applies), about half the Python
-        overhead of the eager modules per decision."""
+    def _forward(self, which: str, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward pass (logits, value) through a TorchScript trace of the net (batch 1; it
+        shares the net's parameters, so loading weights later still applies), about half the
+        Python overhead of the eager modules per decision."""
         net = getattr(self, which)
         x = _t(obs, PLANNER_KEYS if which == "planner" else EXECUTOR_KEYS)
         fn = self._traced.get((which, id(net)))
@@ -164,7 +164,18 @@ class LearnedPolicy(Policy):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 fn = self._traced[(which, id(net))] = torch.jit.trace(net, x, check_trace=False)
-        return fn(*x)[0]
+        return fn(*x)
+
+    def _logits(self, which: str, obs: dict) -> torch.Tensor:
+        return self._forward(which, obs)[0]
+
+    def act(self, which: str, obs: dict) -> tuple[int, float, float]:
+        """The greedy action of ``planner`` or ``executor`` on ``obs``, its log-probability
+        under the net's softmax and the value estimate (what a rollout records)."""
+        logits, value = self._forward(which, obs)
+        logp = torch.log_softmax(logits[0], -1)
+        action = int(logp.argmax())
+        return action, float(logp[action]), float(value[0])
 
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
         return plan_of(int(self._logits("planner", self.features.planner(query, state))

@@ -169,6 +169,24 @@ class ChatRequest(BaseModel):
     policy: str | None = None
 
 
+class FeedbackRequest(BaseModel):
+    """POST /v1/feedback: a client's score of a served query's answer (a reward of the
+    continual learner, docs/continual.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    query_id: str = Field(max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$",
+                          description="the query_id of a recent answer")
+    score: float = Field(ge=0, le=1, allow_inf_nan=False,
+                         description="0 (useless) to 1 (right and useful)")
+
+
+class PolicyVersionRequest(BaseModel):
+    """POST /v1/policies/promote (version required) and /pin (default: the active one)."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: str | None = Field(None, pattern=r"^v[0-9]{4,}$", description="e.g. v0002")
+
+
 CHAT_PATH = "/v1/chat/completions"
 
 
@@ -202,7 +220,10 @@ def _first_error(exc: RequestValidationError) -> str:
 def _errors(*codes: int) -> dict:
     """OpenAPI responses of these error statuses (each a JSON body with a one-line reason)."""
     why = {400: "malformed JSON, an unknown policy, an answer the grader cannot read",
-           401: "missing or wrong API key", 404: "no such item (or model on the chat endpoint)",
+           401: "missing or wrong API key",
+           404: "no such item (or model on the chat endpoint, query_id, policy version)",
+           409: "a registry operation refused (pinned, nothing to roll back to, a candidate "
+                "that cannot serve); the active version keeps serving",
            413: "body larger than serving.max_body_bytes", 422: "a field or rule violated",
            429: "too many queries in flight (Retry-After)",
            503: "a replica on the query's path was full, no model is predicted to answer "
@@ -327,6 +348,35 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
             finally:
                 self.gate.leave(started, out)
             return _reply(out)
+
+        @app.post("/v1/feedback", responses=_errors(401, 404, 413, 422))
+        async def feedback(self, body: FeedbackRequest) -> JSONResponse:
+            return _reply(await _call(self.orchestrator.feedback.remote(body.query_id,
+                                                                         body.score)))
+
+        @app.get("/v1/policies", responses=_errors(401))
+        async def policies(self) -> JSONResponse:
+            return _reply(await _call(self.orchestrator.policies_list.remote()))
+
+        @app.post("/v1/policies/promote", responses=_errors(401, 404, 409, 422))
+        async def promote(self, body: PolicyVersionRequest) -> JSONResponse:
+            if body.version is None:
+                return _error(422, "version: required")
+            return _reply(await _call(self.orchestrator.policy_op.remote("promote",
+                                                                          body.version)))
+
+        @app.post("/v1/policies/rollback", responses=_errors(401, 409))
+        async def rollback(self) -> JSONResponse:
+            return _reply(await _call(self.orchestrator.policy_op.remote("rollback")))
+
+        @app.post("/v1/policies/pin", responses=_errors(401, 404, 409, 422))
+        async def pin(self, body: PolicyVersionRequest = PolicyVersionRequest()  # noqa: B008
+                      ) -> JSONResponse:
+            return _reply(await _call(self.orchestrator.policy_op.remote("pin", body.version)))
+
+        @app.post("/v1/policies/unpin", responses=_errors(401))
+        async def unpin(self) -> JSONResponse:
+            return _reply(await _call(self.orchestrator.policy_op.remote("unpin")))
 
         @app.post("/v1/grade", responses=_errors(400, 401, 404, 413, 422))
         async def grade(self, body: GradeRequest) -> JSONResponse:

@@ -16,7 +16,7 @@ NAMES = (
     "inframind_agent_call_latency_s", "inframind_agent_call_retries_total",
     "inframind_replica_requests_total", "inframind_replica_queue_wait_s",
     "inframind_replica_waiting", "inframind_replica_running", "inframind_replica_kv_usage",
-    "inframind_replica_e2e_ewma_s",
+    "inframind_replica_e2e_ewma_s", "inframind_policy_version_info",
 )
 """Every metric this package exports (without Ray's ``ray_`` prefix)."""
 
@@ -41,6 +41,10 @@ class OrchestratorMetrics:
         self.inflight = Gauge("inframind_inflight_queries", "queries in flight")
         self.policy = Gauge("inframind_policy_info", "1 for the serving default policy",
                             tag_keys=("policy", "status"))
+        self._version_tags: dict | None = None
+        self.version = Gauge("inframind_policy_version_info",
+                             "1 for the registry version the learned policy serves",
+                             tag_keys=("policy_version", "pinned"))
         self.calls = Counter("inframind_agent_calls_total", "agent calls, by model and status",
                              tag_keys=("model", "strategy", "status"))
         self.call_latency = Histogram("inframind_agent_call_latency_s",
@@ -53,6 +57,18 @@ class OrchestratorMetrics:
     def set_policy(self, name: str, status: str) -> None:
         """The default policy now serving (status ``ok`` or the fallback's reason)."""
         self.policy.set(1.0, tags={"policy": name, "status": status[:120]})
+
+    def set_version(self, version: str | None, pinned: bool) -> None:
+        """The learned policy's registry version and pinned flag now (the previous pair, if
+        different, drops to 0)."""
+        tags = (None if version is None
+                else {"policy_version": version, "pinned": str(pinned).lower()})
+        last = self._version_tags
+        if last is not None and last != tags:
+            self.version.set(0.0, tags=last)
+        if tags is not None:
+            self.version.set(1.0, tags=tags)
+        self._version_tags = tags
 
 
 class ReplicaMetrics:

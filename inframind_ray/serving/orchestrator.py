@@ -21,7 +21,9 @@ from inframind_ray.core.types import LoadSnapshot, QueryInfo
 from inframind_ray.orchestration.runner import AgentCall, AgentResult, QueryResult, run_query
 from inframind_ray.policy.base import Policy
 from inframind_ray.policy.baselines import make_policy
-from inframind_ray.policy.learned import CheckpointError
+from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, CheckpointError, LearnedPolicy
+from inframind_ray.policy.recording import RecordingPolicy
+from inframind_ray.policy.registry import PolicyRegistry, RegistryError, describe
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.replica.predict import fastest_finish_in_s, too_late
@@ -30,6 +32,7 @@ from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.metrics import OrchestratorMetrics
 from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
+from inframind_ray.serving.rollouts import RolloutRecorder
 from inframind_ray.serving.tracing import Tracing
 from inframind_ray.tasks.base import free_text_prompt_tokens
 from inframind_ray.tasks.registry import family, reference_family
@@ -58,6 +61,11 @@ class Orchestrator:
                               stale_after_s=s.stale_after_s,
                               unavailable_after_s=s.unavailable_after_s)
         self.records = RecordWriter(Path(s.records_dir))
+        self.rollouts = RolloutRecorder(Path(s.records_dir), s.rollouts)
+        self.registry = PolicyRegistry(Path(s.registry_dir).expanduser())
+        self.policy_version: str | None = None  # the registry version the learned policy is
+        self._registry_stamp = -1  # registry.json's stamp when last read (_sync_registry)
+        self.policy_note: str | None = None  # a configured checkpoint the registry overrides
         self.policies: dict[str, Policy] = {}
         self.default_policy = s.default_policy
         self.policy_status = "ok"
@@ -75,9 +83,11 @@ class Orchestrator:
     def _policy(self, name: str) -> Policy:
         if name not in self.policies:
             try:
-                self.policies[name] = make_policy(
-                    name, self.pool_info, 0, is_correct=self._oracle_hook(name),
-                    checkpoint=self.cfg.serving.policy_checkpoint)
+                if name == LearnedPolicy.name:
+                    self.policies[name] = self._registry_policy()
+                else:
+                    self.policies[name] = make_policy(
+                        name, self.pool_info, 0, is_correct=self._oracle_hook(name))
             except CheckpointError as e:
                 # the learned policy cannot load: serve with the infra-aware heuristic, say so
                 fallback = self.cfg.serving.fallback_policy
@@ -87,6 +97,53 @@ class Orchestrator:
             except ValueError as e:
                 raise UserError(str(e)) from None
         return self.policies[name]
+
+    def _registry_policy(self) -> LearnedPolicy:
+        """The registry's active version on this pool (an empty registry is seeded with
+        ``policy_checkpoint`` or the shipped policy); CheckpointError with the reason if it
+        cannot serve."""
+        self._registry_stamp = self.registry.stamp()
+        try:
+            active = self.registry.seed(self.cfg.serving.policy_checkpoint or DEFAULT_CHECKPOINT,
+                                        self.pool_info)
+            policy = self.registry.check(active, self.pool_info)
+        except RegistryError as e:
+            self.policy_version = None
+            raise CheckpointError(str(e)) from None
+        self.policy_version = active
+        self._registry_stamp = self.registry.stamp()
+        ckpt = self.cfg.serving.policy_checkpoint
+        if ckpt and str(Path(ckpt).resolve()) != self.registry.meta(active).source:
+            self.policy_note = (f"serving.policy_checkpoint {ckpt} is not what serves: the "
+                                f"registry's active version {active} is (the setting only "
+                                "seeds an empty registry; register and promote it)")
+            log.warning("%s", self.policy_note)
+        return policy
+
+    def _sync_registry(self) -> None:
+        """Serve the registry's active version if it changed (promote or rollback, here or by
+        ``inframind policy`` on the same folder): the next queries get the new policy, queries
+        in flight finish with the one they started with. A version that cannot serve leaves
+        the incumbent serving, with the reason in ``policy_status``."""
+        stamp = self.registry.stamp()
+        if stamp == self._registry_stamp:
+            return
+        self._registry_stamp = stamp
+        try:
+            active = self.registry.state().active
+            if active is None or active == self.policy_version:
+                return
+            policy = self.registry.check(active, self.pool_info)
+        except RegistryError as e:
+            self.policy_status = (f"registry version not served: {e}; still serving "
+                                  f"{self.policy_version or self.cfg.serving.fallback_policy}")
+            log.warning("%s", self.policy_status)
+            return
+        log.info("policy %s -> %s", self.policy_version, active)
+        self.policies[LearnedPolicy.name] = policy
+        self.policy_version = active
+        self.policy_status = "ok"
+        self._gauges_at = 0.0  # show the new version at once
 
     def _oracle_hook(self, name: str):  # noqa: ANN202
         """The recorded-outcome hook of the ``oracle`` policy, built only when it is asked for
@@ -135,16 +192,73 @@ class Orchestrator:
         while it is being set (one set in ``__init__``, or once, disappears from the export)."""
         now = time.monotonic()
         if now - self._gauges_at >= 1.0:
+            self._sync_registry()
+            if self.rollouts.due():
+                self.rollouts.flush()
             self._gauges_at = now
             self.metrics.set_policy(self.default_policy, self.policy_status)
+            self.metrics.set_version(self.policy_version, self._pinned())
             self.metrics.inflight.set(self.inflight)
+
+    def _pinned(self) -> bool:
+        try:
+            return self.policy_version is not None and (
+                self.registry.state().pinned == self.policy_version)
+        except RegistryError:
+            return False
 
     def state(self) -> dict:
         """Live per-model metrics and orchestrator status (``GET /v1/state``)."""
         return {"models": self.loads.describe(), "inflight_queries": self.inflight,
                 "served_queries": self.served, "default_policy": self.default_policy,
                 "policy_status": self.policy_status,
-                "stale_after_s": self.cfg.serving.stale_after_s, "counters": dict(self.counters)}
+                "stale_after_s": self.cfg.serving.stale_after_s, "counters": dict(self.counters),
+                "policy_version": self.policy_version, "policy_pinned": self._pinned(),
+                "policy_note": self.policy_note,
+                "rollouts": self.rollouts.describe()}
+
+    # ------------------------------------------------------------------ policy registry
+    def policies_list(self) -> dict:
+        """``GET /v1/policies``: the registry's versions and which one serves here."""
+        try:
+            return describe(self.registry) | {"serving": self.policy_version}
+        except RegistryError as e:
+            return {"http_status": 500, "error": str(e)}
+
+    def policy_op(self, op: str, version: str | None = None) -> dict:
+        """``POST /v1/policies/{promote,rollback,pin,unpin}``: the registry operation, then the
+        new active version served from the next query on (404: no such version; 409: refused,
+        with the one-line reason; the incumbent keeps serving)."""
+        from inframind_ray.policy.registry import VersionNotFound
+
+        reg, pool = self.registry, self.pool_info
+        try:
+            if op == "promote":
+                reg.promote(version or "", pool, actor="api")
+            elif op == "rollback":
+                reg.rollback(pool, actor="api")
+            elif op == "pin":
+                reg.pin(version, actor="api")
+            elif op == "unpin":
+                reg.unpin(actor="api")
+            else:
+                return {"http_status": 404, "error": f"unknown operation {op!r}"}
+        except VersionNotFound as e:
+            return {"http_status": 404, "error": str(e)}
+        except RegistryError as e:
+            return {"http_status": 409, "error": str(e)}
+        self._sync_registry()
+        self._gauges_at = 0.0
+        self._refresh_gauges()
+        return self.policies_list()
+
+    def feedback(self, query_id: str, score: float) -> dict:
+        """``POST /v1/feedback``: a client's score in [0, 1] of a recent query's answer."""
+        out = self.rollouts.feedback(query_id, score)
+        if out is None:
+            return {"http_status": 404, "error": f"unknown query_id {query_id!r} (not among the "
+                    f"last {self.cfg.serving.rollouts.feedback_window} recorded queries)"}
+        return out
 
     def set_pool(self, pool_cfg: dict) -> dict:
         """Change the running pool (a model added or removed): new model cards, the load view
@@ -175,8 +289,8 @@ class Orchestrator:
         return name
 
     def flush_records(self) -> list[str]:
-        """Write buffered Parquet rows now."""
-        return [str(p) for p in self.records.flush()]
+        """Write buffered Parquet rows (records and rollouts) now."""
+        return [str(p) for p in (*self.records.flush(), *self.rollouts.flush())]
 
     # ------------------------------------------------------------------ queries
     def _query_info(self, payload: dict, arrival: float) -> QueryInfo:
@@ -251,6 +365,7 @@ class Orchestrator:
         refusal = self._admit(q)
         if refusal is not None:
             return refusal
+        ep, served = self._recording(q, policy)
         self.inflight += 1
         self.metrics.inflight.set(self.inflight)
 
@@ -261,14 +376,20 @@ class Orchestrator:
                 q = replace(q, embedding=await self._embed(q.text))
             with self.tracing.tracer.start_as_current_span("query", attributes={
                     "query_id": q.query_id, "policy": policy.name, "budget_s": q.budget_s}):
-                res = await run_query(q, policy, self._backend(), self.loads.system_state,
+                res = await run_query(q, served, self._backend(), self.loads.system_state,
                                       abort_on_deadline=True, clock=WALL_CLOCK)
             final = res.steps[-1].text if res.steps[-1].status.ok else None
             correct = await asyncio.get_running_loop().run_in_executor(
                 None, self._grade, res.query, final, payload.get("reference"))
+        except BaseException:
+            if ep is not None:
+                self.rollouts.abandon(ep)
+            raise
         finally:
             self.inflight -= 1
             self.metrics.inflight.set(self.inflight)
+        if ep is not None:
+            self.rollouts.finish(ep, res, correct)
         self.served += 1
         return self._respond(res, policy.name, correct)
 
@@ -287,6 +408,19 @@ class Orchestrator:
         return {"http_status": 503, "retry_after": max(1, math.ceil(finish - q.budget_s)),
                 "error": f"no model is predicted to answer within the budget: the fastest "
                          f"finishes in {finish:.3g} s, budget {q.budget_s:g} s"}
+
+    def _recording(self, q: QueryInfo, policy: Policy):  # noqa: ANN202
+        """(episode, the policy to run): the learned registry policy wrapped to record its
+        decisions when rollouts are on; (None, policy) otherwise."""
+        if not (self.cfg.serving.rollouts.enabled and self.policy_version is not None
+                and policy is self.policies.get(LearnedPolicy.name)):
+            return None, policy
+        models = self.loads.system_state().models.values()
+        ep = self.rollouts.start(q, self.policy_version, (
+            self.inflight, sum(m.waiting for m in models), sum(m.running for m in models)))
+        if ep is None:
+            return None, policy
+        return ep, RecordingPolicy(policy, self.rollouts.sink(ep))
 
     def _respond(self, res: QueryResult, policy: str, correct: bool | None) -> dict:
         q = res.query
@@ -340,8 +474,10 @@ class Orchestrator:
             "preemptions": res.preemptions})
 
     # ------------------------------------------------------------------ overhead
-    async def measure_overhead(self, n: int, model: str, warmup: int = 20) -> dict:
-        """Bare deployment-handle hops vs orchestrated agent steps, interleaved (ms)."""
+    async def measure_overhead(self, n: int, model: str, warmup: int = 20,
+                               rollouts: bool = False) -> dict:
+        """Bare deployment-handle hops vs orchestrated agent steps, interleaved (ms); with
+        ``rollouts``, also the learned policy's steps with rollout recording off vs on."""
         backend = self._backend()
         handle = backend.handles[model]
         policy = _FixedModel(self.pool_info, model)
@@ -370,7 +506,51 @@ class Orchestrator:
         out["added_p99_ms"] = round(out["step_p99_ms"] - out["bare_hop_p99_ms"], 3)
         out["paired_added_p50_ms"] = round(statistics.median(diff), 3)
         out["paired_added_p99_ms"] = pct(diff, 99)
+        if rollouts:
+            out["rollouts"] = await self._measure_recording(n, warmup, pct)
         return out
+
+    async def _measure_recording(self, n: int, warmup: int, pct) -> dict:  # noqa: ANN001
+        """The learned policy's queries with rollout recording off and on, interleaved (its own
+        plans, so a query may have several agent steps): the added milliseconds per agent step,
+        row building and the Parquet writes (to a temporary folder) included."""
+        import tempfile
+
+        from inframind_ray.policy.recording import RecordingPolicy
+
+        policy = self._policy(LearnedPolicy.name)
+        if not isinstance(policy, LearnedPolicy):
+            return {"error": f"the learned policy does not serve: {self.policy_status}"}
+        backend = self._backend()
+        off, on, added, decisions = [], [], [], 0
+        with tempfile.TemporaryDirectory() as tmp:
+            rec = RolloutRecorder(tmp, self.cfg.serving.rollouts)
+            for i in range(n + warmup):
+                q = QueryInfo(f"rec-off-{i}", "ping", 60.0, WALL_CLOCK.now())
+                t = time.perf_counter()
+                r_off = await run_query(q, policy, backend, self.loads.system_state,
+                                        clock=WALL_CLOCK)
+                t_off = (time.perf_counter() - t) * 1e3 / len(r_off.steps)
+                q = QueryInfo(f"rec-on-{i}", "ping", 60.0, WALL_CLOCK.now())
+                t = time.perf_counter()
+                ep = rec.start(q, "measure", (0, 0, 0))
+                r_on = await run_query(q, RecordingPolicy(policy, rec.sink(ep)), backend,
+                                       self.loads.system_state, clock=WALL_CLOCK)
+                rec.finish(ep, r_on, None)
+                t_on = (time.perf_counter() - t) * 1e3 / len(r_on.steps)
+                if i >= warmup:
+                    off.append(t_off)
+                    on.append(t_on)
+                    added.append(t_on - t_off)
+                    decisions += 1 + len(r_on.steps)
+            rec.flush()
+            files = len(rec.written)
+        return {"n": n, "step_off_p50_ms": round(statistics.median(off), 3),
+                "step_on_p50_ms": round(statistics.median(on), 3),
+                "added_per_step_p50_ms": round(statistics.median(added), 3),
+                "added_per_step_p99_ms": pct(added, 99),
+                "decisions_per_query": round(decisions / n, 2), "parquet_files": files,
+                "flush_rows": self.cfg.serving.rollouts.flush_rows}
 
 
 class _FixedModel(Policy):

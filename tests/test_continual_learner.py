@@ -1,0 +1,56 @@
+"""The continual learner's skeleton on a local Ray: RLlib PPO on recorded live rollouts (no
+simulator), each iteration's nets registered as a candidate, the rollouts acknowledged with its
+checkpoint; a second run resumes and trains only on rollouts not acknowledged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+from live_data import POOL, serve_queries, shipped_policy
+
+from inframind_ray.config import RolloutConfig
+from inframind_ray.learning.continual import ContinualConfig, learn
+from inframind_ray.learning.rollout_reader import Ledger
+from inframind_ray.learning.train import PPOSettings
+from inframind_ray.policy.learned import DEFAULT_CHECKPOINT
+from inframind_ray.policy.registry import PolicyRegistry
+from inframind_ray.serving.rollouts import RolloutRecorder
+
+
+@pytest.mark.slow  # a local Ray and two RLlib algorithms: 45-90 s on the 2-core machine
+def test_learns_from_live_rollouts_and_resumes(tmp_path):
+    """PPO iterations on recorded rollouts (half of them scored useless by client feedback):
+    the candidate's parent and data window; trained weights; acknowledged rollouts; a restart
+    takes up from the ledger's checkpoint and trains on new rollouts only; nothing promoted."""
+    served = shipped_policy()
+    pool = served[0]
+    records, reg = tmp_path / "rec", PolicyRegistry(tmp_path / "reg")
+    reg.seed(DEFAULT_CHECKPOINT, pool)
+    rec = RolloutRecorder(records, RolloutConfig(flush_rows=10_000))
+    written = serve_queries(rec, served, 0, 30)
+    for i in range(0, 30, 2):  # clients say half the answers were useless
+        rec.feedback(f"q{i}", 0.0)
+    rec.flush()
+    dep = yaml.safe_load(POOL.read_text())
+    dep["serving"] |= {"records_dir": str(records), "registry_dir": str(reg.root)}
+    (tmp_path / "dep.yaml").write_text(yaml.safe_dump(dep))
+    ppo = PPOSettings(iterations=1, train_batch_size=64, minibatch_size=32, num_epochs=1, lr=1e-3)
+    cfg = ContinualConfig(deployment=str(tmp_path / "dep.yaml"), min_age_s=0, max_age_s=None,
+                          wait_s=0.1, give_up_after_s=20, ppo=ppo)
+    out = tmp_path / "out"
+    first = learn(cfg, out)
+    assert first["candidate"] == "v0002" and first["skipped"] == {}
+    meta = reg.meta("v0002")
+    assert meta.parent == "v0001" and meta.data_window.rollouts == first["rollouts"] >= 10
+    trained, seed = reg.check("v0002", pool), reg.check("v0001", pool)
+    assert not torch.equal(trained.executor.v[0].weight, seed.executor.v[0].weight)
+    acked = Ledger(out / "ledger.json").acked
+    assert len(acked) == first["acknowledged"] and acked <= set(written)
+
+    second = learn(cfg, out)  # a restart: from the ledger's checkpoint, the rest of the data
+    assert (second["iteration"], second["candidate"]) == (2, "v0003")
+    ledger = Ledger(out / "ledger.json")
+    assert len(ledger.acked) == first["acknowledged"] + second["acknowledged"]
+    assert ledger.payload["checkpoint"].endswith("iter_2")
+    assert reg.state().active == "v0001"  # candidates only: nothing is promoted
