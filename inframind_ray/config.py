@@ -29,6 +29,11 @@ class EngineConfig(BaseModel):
         "abort", description="abort an agent call when its query's deadline passes, or let it run"
     )
     max_batched_tokens: int = Field(8192, gt=0, description="prefill token budget per iteration")
+    admission_margin: float | None = Field(
+        0.5, ge=0, le=100, description="a replica refuses at once (status deadline) a request "
+        "whose predicted finish exceeds the time left to its deadline by more than this share of "
+        "it (0.5: predicted over 1.5x the time left); the ingress refuses a query no model can "
+        "answer within its budget by the same rule (HTTP 503); null: off")
 
 
 class TwinEngineSpec(BaseModel):

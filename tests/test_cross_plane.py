@@ -1,7 +1,7 @@
 """One system on two clocks: the same pool, policy and queries give the same per-node decisions
 and the same admission outcomes (admitted / deadline-shed / overloaded) in the twin (virtual
 clock) and on a real local Ray cluster with Serve (wall clock); and inside Serve a model's
-replicas are chosen by the twin's own rule, the shortest queue."""
+replicas are chosen by the twin's own rule, the earliest predicted finish."""
 
 from __future__ import annotations
 
@@ -185,8 +185,10 @@ def test_serve_routes_to_the_shortest_queue(session):
             probes.append(await h.generate.remote(GenerateRequest(
                 f"probe{i}", "p", 2, time.time() + 30, strategy="flash", prompt_tokens_hint=10)))
             # the router learns that a request ended from a done-callback on its own loop, a
-            # moment after the caller has the answer: back-to-back probes would race it
-            await asyncio.sleep(0.05)
+            # moment after the caller has the answer: back-to-back probes would race it (until
+            # it has, the idle replica and a blocker's tie, and the tie goes to the first; on
+            # the shared 2-core machine 0.05 s was too short twice in a row)
+            await asyncio.sleep(0.25)
         return probes, [await b for b in blockers]
 
     probes, blockers = asyncio.run(main())
@@ -198,15 +200,15 @@ def test_serve_routes_to_the_shortest_queue(session):
 
 def test_router_counts_its_sends_since_each_replica_report():
     """No cluster: a replica's load is its last report, plus this router's sends after that
-    report still in flight, less its requests in the report that have ended since; the
-    shortest queue ranks first, the others next."""
+    report still in flight, less its requests in the report that have ended since; with no
+    service time reported, the shortest queue ranks first, the others next."""
     from types import SimpleNamespace
 
     from ray.serve._private.common import DeploymentID, ReplicaID
 
-    from inframind_ray.serving.router import ShortestQueueRouter
+    from inframind_ray.serving.router import DeadlineRouter
 
-    router = object.__new__(ShortestQueueRouter)  # Serve builds it; only our state is needed
+    router = object.__new__(DeadlineRouter)  # Serve builds it; only our state is needed
     router.initialize_state()
     dep = DeploymentID("model:m", "inframind")
     reps = [SimpleNamespace(replica_id=ReplicaID(u, dep), routing_stats=s) for u, s in (
@@ -296,3 +298,57 @@ def test_controller_makes_the_same_decisions_in_twin_and_serve(cfg, session):
         served.append(_controlled({**out["controller"], "answer": out["answer"]}))
         wait_idle(session, 10.0)
     assert served == twin
+
+
+def test_twin_and_serve_router_choose_the_same_replica():
+    """The same replica states, as the twin's pool sees them and as Serve's router gets them
+    (each replica's routing stats, stamped on the wall clock): the same replica for requests
+    due at different times. Replica 0 runs one request with three due in 100 s waiting;
+    replica 1 runs one with one due in 1 s waiting: a request due in 3 s goes to 0 (nothing due
+    before it there), one due in 200 s to 1 (the shorter queue); shortest-queue sends both to
+    1."""
+    from types import SimpleNamespace
+
+    from ray.serve._private.common import DeploymentID, ReplicaID
+
+    from inframind_ray.core.profile import IterationProfile
+    from inframind_ray.core.request import EngineRequest
+    from inframind_ray.serving.engines.base import GenerateRequest
+    from inframind_ray.serving.router import DeadlineRouter, routing_stats
+    from inframind_ray.twin.engine import TwinEngine
+    from inframind_ray.twin.pool import ModelReplicas, TwinReplica
+
+    profile = IterationProfile(c0=0.01, c_prefill=0.0, c_decode=0.001, c_kv=0.0)
+    reps = ModelReplicas("m", [TwinReplica("m", TwinEngine(
+        f"m/{i}", profile, max_num_seqs=1, kv_capacity_tokens=100_000), 8) for i in range(2)])
+    for r in reps.replicas:
+        r.seed_history(0.05, 0.011, 1.1)
+    due_in = (3.0, 200.0)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        t = loop.time()
+        for i, late in ((0, 100.0), (0, 100.0), (0, 100.0), (0, 100.0), (1, 100.0), (1, 1.0)):
+            loop.create_task(reps.replicas[i].generate(EngineRequest("x", 10, 100,
+                                                                     deadline=t + late)))
+        await asyncio.sleep(0)
+        snaps = [r.snapshot() for r in reps.replicas]
+        picks = [reps.replicas.index(reps.pick(loop.time() + d)) for d in due_in]
+        for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            task.cancel()
+        return snaps, picks
+
+    (snaps, twin_picks), _ = run_simulated(main())
+    assert [(s.waiting, s.running) for s in snaps] == [(3, 1), (1, 1)]
+    router = object.__new__(DeadlineRouter)
+    router.initialize_state()
+    dep = DeploymentID("model:m", "inframind")
+    now = time.time()
+    served = [SimpleNamespace(replica_id=ReplicaID(f"r{i}", dep), routing_stats={
+        **routing_stats(s), "timestamp": now}) for i, s in enumerate(snaps)]
+    serve_picks = []
+    for d in due_in:
+        req = SimpleNamespace(args=[GenerateRequest("p", "q", 10, now + d)])
+        ranks = asyncio.run(router.choose_replicas(served, req))
+        serve_picks.append(served.index(ranks[0][0]))
+    assert twin_picks == serve_picks == [0, 1]

@@ -11,7 +11,7 @@ from fakes import DEADLINE, OK, OVERLOADED, Clock
 from inframind_ray.core.profile import IterationProfile
 from inframind_ray.core.request import EngineRequest
 from inframind_ray.core.types import LoadSnapshot
-from inframind_ray.replica.choice import shortest_queue
+from inframind_ray.replica.choice import earliest_finish, shortest_queue
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.twin.engine import TwinEngine
 from inframind_ray.twin.pool import ModelReplicas, TwinReplica
@@ -22,9 +22,9 @@ PROFILE = IterationProfile(c0=0.01, c_prefill=0.0, c_decode=0.001, c_kv=0.0)
 
 
 
-def _replica(name: str = "m/0", max_queue: int = 1) -> TwinReplica:
+def _replica(name: str = "m/0", max_queue: int = 1, margin: float | None = None) -> TwinReplica:
     engine = TwinEngine(name, PROFILE, max_num_seqs=1, kv_capacity_tokens=100_000)
-    return TwinReplica("m", engine, max_queue)
+    return TwinReplica("m", engine, max_queue, margin)
 
 
 def test_twin_replica_admits_sheds_and_overloads():
@@ -82,6 +82,64 @@ def test_replica_choice_joins_the_shortest_queue():
 
     (first, second), _ = run_simulated(main())
     assert first is reps.replicas[0] and second is reps.replicas[1]
+
+
+def _predicted_refusal_run(margin: float | None) -> tuple:
+    """One slot, margin ``margin``: ``a`` answered (the service-time EWMA is its engine time
+    ``s``), then ``b`` runs while ``c`` (due in ``3 s``) waits, and ``d`` is due in ``0.9 s``."""
+    rep = _replica(max_queue=4, margin=margin)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        a = await rep.generate(EngineRequest("a", 10, 100, deadline=60.0))
+        s = rep.queue.service_ewma
+        b = loop.create_task(rep.generate(EngineRequest("b", 10, 100, deadline=60.0)))
+        await asyncio.sleep(0)
+        t = loop.time()
+        c = loop.create_task(rep.generate(EngineRequest("c", 10, 100, deadline=t + 3 * s)))
+        await asyncio.sleep(0)
+        d = await rep.generate(EngineRequest("d", 10, 100, deadline=t + 0.9 * s))
+        return s, t, a, await b, await c, d
+
+    out, _ = run_simulated(main())
+    return (*out, rep.queue.predicted_refusals)
+
+
+def test_replica_refuses_a_predicted_deadline_miss_at_once():
+    """``d`` (due before ``c``, so first in EDF order) would start once ``b`` ends, in about
+    ``s``, and end about ``2 s`` from now: more than 1.5 x its ``0.9 s`` left, so the rule
+    (margin 0.5) refuses it at once with ``deadline``; without the rule it waits in the queue
+    until its deadline passes and is refused then. ``c`` (predicted ``2 s``, ``3 s`` left) is
+    admitted and answered either way."""
+    s, t, a, b, c, d, refused = _predicted_refusal_run(0.5)
+    assert s == pytest.approx(a.finished_at - a.arrival) and s > 1.0
+    assert [r.status for r in (a, b, c, d)] == [OK, OK, OK, DEADLINE]
+    assert d.finished_at == pytest.approx(t) and refused == 1  # at once
+    *_, d_off, refused_off = _predicted_refusal_run(None)
+    assert d_off.status == DEADLINE and refused_off == 0
+    assert d_off.finished_at == pytest.approx(t + 0.9 * s)  # queued to die
+
+
+def test_replica_choice_is_the_earliest_predicted_finish_under_edf():
+    """A request due in 5 s finishes first where fewer requests are due before it (EDF), not
+    where the queue is shortest; due in 20 s, every waiting request is ahead everywhere and the
+    shorter queue wins; with no service time known the choice is the shortest queue."""
+    busy_late = LoadSnapshot("m", waiting=3, running=1, waiting_slack_s=(10.0, 11.0, 12.0),
+                             capacity=1, service_s=1.0, timestamp=100.0)
+    short_urgent = LoadSnapshot("m", waiting=1, running=1, waiting_slack_s=(0.5,),
+                                capacity=1, service_s=1.0, timestamp=100.0)
+    snaps = [short_urgent, busy_late]
+    assert earliest_finish(snaps, 105.0, 100.0) == 1
+    assert earliest_finish(snaps, 120.0, 100.0) == 0
+    assert earliest_finish(snaps, float("inf"), 100.0) == 0
+    unknown = [LoadSnapshot("m", waiting=3, running=1), LoadSnapshot("m", waiting=1, running=1)]
+    assert earliest_finish(unknown, 105.0, 100.0) == shortest_queue(unknown) == 1
+    # a replica that has not answered yet serves as fast as its siblings, not instantly
+    new_busy = LoadSnapshot("m", waiting=2, running=1, capacity=1)
+    idle = LoadSnapshot("m", waiting=0, running=0, capacity=1, service_s=0.5)
+    assert earliest_finish([new_busy, idle], 105.0, 100.0) == 1
+    with pytest.raises(ValueError, match="no replica"):
+        earliest_finish([], 1.0, 0.0)
 
 
 def _snap(rid: str, waiting: int, t: float) -> LoadSnapshot:

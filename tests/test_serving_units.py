@@ -202,6 +202,85 @@ def test_bad_checkpoint_falls_back_to_heuristic_and_says_so(tmp_path, break_it):
     assert isinstance(orch._policy("inframind"), InfraHeuristic)
 
 
+def test_ingress_refuses_a_query_no_model_can_answer_within_its_budget(tmp_path):
+    """The orchestrator (in process, no Ray) admits by the replicas' rule: with every model's
+    replica reporting a queue whose predicted finish (EDF requests ahead, capacity, service-time
+    EWMA) is far past a query's budget, the query is refused at once with 503, a Retry-After of
+    the predicted excess and the reason; a budget that the fastest model's finish fits, or a
+    margin of null, admits it (the policy then plans)."""
+    from inframind_ray.config import load_pool
+    from inframind_ray.serving.orchestrator import Orchestrator
+
+    cfg = load_pool(Path(__file__).parent / "pools" / "serve_test.yaml")
+    serving = cfg.serving.model_copy(update={"records_dir": str(tmp_path / "rec"),
+                                             "embed": False})
+    orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
+    now = time.time()
+    # big: 1 slot, 3 waiting due within 10 s, 3 s per request -> a new call ends in 15 s;
+    # small: 8 slots all busy, 8 waiting, 0.5 s each -> (1 + 9/8) x 0.5 = 1.06 s
+    orch.push_metrics(LoadSnapshot("big", waiting=3, running=1, waiting_slack_s=(5, 6, 9),
+                                   capacity=1, service_s=3.0, timestamp=now, replica_id="b0"))
+    orch.push_metrics(LoadSnapshot("small", waiting=8, running=8, capacity=8, service_s=0.5,
+                                   timestamp=now, replica_id="s0"))
+    t0 = time.perf_counter()
+    out = asyncio.run(orch.query({"item_id": 70, "budget_s": 0.6}))
+    refused_s = time.perf_counter() - t0
+    assert out["http_status"] == 503 and out["retry_after"] == 1, out
+    assert out["error"].startswith("no model is predicted to answer within the budget"), out
+    assert "1.06 s" in out["error"] and refused_s < 0.05 and orch.inflight == 0
+    q = orch._query_info({"item_id": 70, "budget_s": 0.8}, time.time())
+    assert orch._admit(q) is None  # 1.06 s <= 1.5 x 0.8 s
+    orch.cfg = orch.cfg.model_copy(update={"engine": orch.cfg.engine.model_copy(update={
+        "admission_margin": None})})
+    q = orch._query_info({"item_id": 70, "budget_s": 0.6}, time.time())
+    assert orch._admit(q) is None
+
+
+def test_ingress_gate_refuses_by_the_control_planes_delay():
+    """The ingress replica's gate: a query's time outside its agent calls (its time at the
+    ingress less its calls' span) feeds the delay EWMA; a budget that delay exceeds by more
+    than the margin is refused at once (503, Retry-After = the excess, the reason), a longer
+    one admitted; with nothing in flight the delay is forgotten; the rule off admits all. Ahead
+    of any slow answer, Little's law: 100 in flight at 2 completions/s whose calls span 2 s
+    predict a 48 s wait; ``max_inflight`` answers 429."""
+    from inframind_ray.serving.gate import IngressGate
+
+    clock = Clock(0.0)
+    gate = IngressGate(0.5, clock=clock.now)
+    first, second = gate.enter(), gate.enter()
+    clock.t = 40.0  # 40 s at the ingress, 4 s of it in agent calls: 36 s outside them
+    gate.leave(first, {"steps": [{"start_s": 30.0, "end_s": 33.0},
+                                 {"start_s": 31.0, "end_s": 34.0}]})
+    assert gate.delay_s == pytest.approx(36.0) and gate.inflight == 1
+    out = gate.refusal(20.0)
+    assert out["http_status"] == 503 and out["retry_after"] == 16, out
+    assert out["error"].startswith("the service is saturated: a new query is predicted to wait "
+                                   "36 s outside")
+    assert gate.refusal(30.0) is None  # 36 <= 1.5 x 30
+    gate.leave(second, {"http_status": 503, "error": "x"})  # no steps: no sample
+    assert gate.delay_s == pytest.approx(36.0)
+    assert gate.refusal(20.0) is None and gate.delay_s == 0.0  # nothing in flight
+    off = IngressGate(None, clock=clock.now)
+    off.enter()
+    off.delay_s = 1e6
+    assert off.refusal(0.1) is None
+    little = IngressGate(0.5, window_s=5.0, clock=clock.now)
+    for _ in range(100):
+        little.enter()
+    for _ in range(10):  # answered fast (0.1 s outside 2 s of calls), 0.4 s apart
+        clock.t += 0.4
+        little.leave(little.enter() - 2.1, {"steps": [{"start_s": 0.05, "end_s": 2.05}]})
+    assert little.delay_s == pytest.approx(0.1) and little.span_s == pytest.approx(2.0)
+    assert little.predicted_delay_s() == pytest.approx(48.0)
+    assert little.refusal(20.0)["retry_after"] == 28 and little.refusal(40.0) is None
+    full = IngressGate(None, max_inflight=2, clock=clock.now)
+    full.enter()
+    assert full.refusal(1.0) is None
+    full.enter()
+    assert full.refusal(1.0) == {"http_status": 429, "error": "too many queries in flight",
+                                 "retry_after": 1}
+
+
 def test_replica_latency_ewmas_count_the_queue_wait():
     """The replica reports TTFT and end-to-end latency from arrival at the replica, its EDF
     queue's wait included (as the twin's engine measures them), not from engine admission."""

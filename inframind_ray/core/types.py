@@ -62,6 +62,11 @@ class LoadSnapshot:
     replica_id: str = ""  # "" for an aggregate
     node_id: str = ""
     num_preemptions: int = 0
+    # Seconds in the engine of an answered request (the replica queue's EWMA; 0: none answered
+    # yet) and how many requests the engine runs at once (0: not said); what the admission rule
+    # and the replica choice predict a finish from (``replica.predict``)
+    service_s: float = 0.0
+    capacity: int = 0
 
     def age(self, now: float) -> float:
         """Seconds since the snapshot was taken."""
@@ -98,6 +103,8 @@ class LoadSnapshot:
             available=available,
             waiting_slack_s=slack[:SLACK_CAP * n],
             num_preemptions=sum(s.num_preemptions for s in snaps),
+            service_s=sum(s.service_s for s in snaps) / n,
+            capacity=sum(s.capacity for s in snaps),
         )
 
 

@@ -3,9 +3,11 @@
 Bounded; admits requests to the engine in deadline order (EDF; on request FCFS, or Autellix's
 program-level attained-service orders PLAS and ATLAS, with their anti-starvation on this queue's
 clock) up to the engine's capacity; a request whose deadline cannot be met (less than
-``min_service_s`` left) is answered at once with ``DEADLINE`` instead of occupying the engine, or
-when its deadline passes while it waits (whatever the order: every scheduler gets the same
-deadline admission); a full queue answers ``OVERLOADED`` at once. The heap is the shared
+``min_service_s`` left, or a predicted finish past the time left by more than ``margin`` of it:
+``replica.predict``, the requests ahead of it in the queue's order and the queue's EWMA of engine
+time per answer) is answered at once with ``DEADLINE`` instead of occupying the engine, or when
+its deadline passes while it waits (whatever the order: every scheduler gets the same deadline
+admission); a full queue answers ``OVERLOADED`` at once. The heap is the shared
 ``core.request_queue`` queue. The queue knows nothing of the engine's request type: ``submit``
 takes a deadline, the program's attained service and a coroutine factory and says how the request
 left (:class:`Admission`).
@@ -29,6 +31,7 @@ from inframind_ray.core.request_queue import (
     earliest_slacks,
 )
 from inframind_ray.core.types import LoadSnapshot
+from inframind_ray.replica.predict import concurrency, finish_in_s, too_late
 
 R = TypeVar("R")
 
@@ -51,12 +54,16 @@ class DeadlineQueue:
 
     def __init__(self, capacity: int, max_queue: int, *, clock: Clock,
                  min_service_s: float = 0.0,
-                 order: SchedulingPolicy | str = SchedulingPolicy.EDF) -> None:
+                 order: SchedulingPolicy | str = SchedulingPolicy.EDF,
+                 margin: float | None = None,
+                 engine_load: Callable[[], LoadSnapshot] | None = None) -> None:
         if capacity < 1 or max_queue < 0:
             raise ValueError("capacity must be >= 1 and max_queue >= 0")
         self.capacity = capacity
         self.max_queue = max_queue
         self.min_service_s = min_service_s
+        self.margin = margin  # the admission rule's (None: refuse only hopeless deadlines)
+        self.engine_load = engine_load  # the engine's own snapshot (its waiting and running)
         self.clock = clock
         self.order = SchedulingPolicy(order)
         self.in_engine = 0
@@ -68,6 +75,8 @@ class DeadlineQueue:
         # wait in this queue counts (``answered``); 0 until the first answer
         self.ttft_ewma = 0.0
         self.e2e_ewma = 0.0
+        self.service_ewma = 0.0  # engine seconds per answered request (admission's predictor)
+        self.predicted_refusals = 0  # requests refused by the predicted-finish rule
 
     def __len__(self) -> int:
         return len(self.waiting)
@@ -77,6 +86,23 @@ class DeadlineQueue:
         if self.order is not SchedulingPolicy.EDF:
             return ()
         return earliest_slacks(self.waiting.deadlines(), now)
+
+    def finish_in_s(self, deadline: float, now: float) -> float:
+        """Predicted seconds until a new request due at ``deadline`` would end here
+        (``replica.predict``): the requests running in the engine, those waiting ahead of it in
+        this queue's order (EDF: due no later; any other order: all of them) and in the
+        engine's own queue (``engine_load``, when given), the service-time EWMA."""
+        if self.order is SchedulingPolicy.EDF:
+            ahead = sum(d <= deadline for d in self.waiting.deadlines())
+        else:
+            ahead = len(self.waiting)
+        running, waiting = self.in_engine, len(self.waiting)
+        if self.engine_load is not None:
+            eng = self.engine_load()
+            running, waiting = eng.running, waiting + eng.waiting
+            ahead += eng.waiting_ahead(deadline - now, eng.timestamp)  # taken just now
+        return finish_in_s(ahead, running, concurrency(self.capacity, running, waiting),
+                           self.service_ewma)
 
     def snapshot_over(self, engine: LoadSnapshot, **identity: str) -> LoadSnapshot:
         """The replica's snapshot: the engine's, plus this queue's waiting requests and EDF
@@ -89,14 +115,19 @@ class DeadlineQueue:
             kv_usage=engine.kv_usage, ttft_s=self.ttft_ewma or engine.ttft_s,
             tpot_s=engine.tpot_s, e2e_s=self.e2e_ewma or engine.e2e_s, timestamp=now,
             waiting_slack_s=self.slacks(now), replica_id=identity.get("replica_id", ""),
-            node_id=identity.get("node_id", ""), num_preemptions=engine.num_preemptions)
+            node_id=identity.get("node_id", ""), num_preemptions=engine.num_preemptions,
+            service_s=self.service_ewma or engine.e2e_s, capacity=self.capacity)
 
-    def answered(self, status: RequestStatus, ttft_s: float | None, latency_s: float) -> None:
-        """Count an admitted request's outcome; fold an answer's latencies (from arrival here)
-        into the EWMAs."""
+    def answered(self, status: RequestStatus, ttft_s: float | None, latency_s: float,
+                 waited_s: float = 0.0, service_s: float | None = None) -> None:
+        """Count an admitted request's outcome; fold an answer's latencies (from arrival here,
+        ``waited_s`` of it in this queue) and its engine time (``service_s`` when the engine
+        says, else the latency less the wait here) into the EWMAs."""
         self.counts[status] += 1
         if status.ok:
             self.e2e_ewma = ewma(self.e2e_ewma, latency_s)
+            self.service_ewma = ewma(self.service_ewma, max(0.0, latency_s - waited_s)
+                                     if service_s is None else service_s)
             if ttft_s is not None:
                 self.ttft_ewma = ewma(self.ttft_ewma, ttft_s)
 
@@ -108,6 +139,13 @@ class DeadlineQueue:
         t0 = self.clock.now()
         if deadline - t0 <= self.min_service_s:
             return self._refuse(RequestStatus.DEADLINE, t0, "deadline cannot be met")
+        if self.margin is not None:
+            left, finish = deadline - t0, self.finish_in_s(deadline, t0)
+            if too_late(finish, left, self.margin):
+                self.predicted_refusals += 1
+                return self._refuse(RequestStatus.DEADLINE, t0, (
+                    f"predicted finish in {finish:.3g} s, {left:.3g} s to the deadline "
+                    f"(margin {self.margin:g})"))
         if self.in_engine < self.capacity and not len(self.waiting):
             self.in_engine += 1
             return await self._run(run, t0)

@@ -37,6 +37,8 @@ from inframind_ray.serving.chat import (
     conversation,
     stream,
 )
+from inframind_ray.serving.gate import IngressGate
+from inframind_ray.serving.metrics import shed_counter
 from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR
 from inframind_ray.tasks.registry import CODE_FAMILIES, FAMILIES
 
@@ -227,8 +229,8 @@ def _errors(*codes: int) -> dict:
                 "that cannot serve); the active version keeps serving",
            413: "body larger than serving.max_body_bytes", 422: "a field or rule violated",
            429: "too many queries in flight (Retry-After)",
-           503: "a replica on the query's path was full, or the orchestrator restarted "
-                "(Retry-After)"}
+           503: "a replica on the query's path was full, no model is predicted to answer "
+                "within the budget, or the orchestrator restarted (Retry-After)"}
     body = {"application/json": {"schema": {"type": "object", "required": ["error"],
                                             "properties": {"error": {}}}}}
     return {c: {"description": why[c], "content": body} for c in codes}
@@ -322,6 +324,9 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
     class Api:
         def __init__(self) -> None:
             self.orchestrator = ray.get_actor(ORCHESTRATOR, namespace=NAMESPACE)
+            self.gate = IngressGate(cfg.engine.admission_margin,
+                                    cfg.serving.max_inflight_queries)
+            self.shed = shed_counter()
 
         @app.get("/healthz")
         async def healthz(self) -> dict:
@@ -335,7 +340,17 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
         async def queries(self, body: QueryRequest) -> JSONResponse:
             if body.budget_s > max_budget:
                 return _error(422, f"budget_s: must be <= {max_budget:g} s")
-            return _reply(await _call(self.orchestrator.query.remote(body.model_dump())))
+            refusal = self.gate.refusal(body.budget_s)
+            if refusal is not None:
+                self.shed.inc(tags={"reason": "ingress_saturated" if refusal["http_status"] == 503
+                                    else "max_inflight_queries"})
+                return _reply(refusal)
+            started, out = self.gate.enter(), {}
+            try:
+                out = await _call(self.orchestrator.query.remote(body.model_dump()))
+            finally:
+                self.gate.leave(started, out)
+            return _reply(out)
 
         @app.post("/v1/feedback", responses=_errors(401, 404, 413, 422))
         async def feedback(self, body: FeedbackRequest) -> JSONResponse:

@@ -21,6 +21,13 @@ NAMES = (
 """Every metric this package exports (without Ray's ``ray_`` prefix)."""
 
 
+def shed_counter() -> Counter:
+    """Queries refused at the ingress, by reason (the orchestrator's and the ingress replica's
+    own refusals)."""
+    return Counter("inframind_queries_shed_total", "queries refused at the ingress",
+                   tag_keys=("reason",))
+
+
 class OrchestratorMetrics:
     """Queries, agent calls, shedding, retries and the serving policy, from the orchestrator."""
 
@@ -30,8 +37,7 @@ class OrchestratorMetrics:
         self.query_latency = Histogram("inframind_query_latency_s", "query latency (s)",
                                        boundaries=list(LATENCY_BUCKETS_S),
                                        tag_keys=("policy", "task"))
-        self.shed = Counter("inframind_queries_shed_total", "queries refused at the ingress",
-                            tag_keys=("reason",))
+        self.shed = shed_counter()
         self.inflight = Gauge("inframind_inflight_queries", "queries in flight")
         self.policy = Gauge("inframind_policy_info", "1 for the serving default policy",
                             tag_keys=("policy", "status"))

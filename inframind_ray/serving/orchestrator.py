@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import statistics
 import time
 import uuid
@@ -27,6 +28,7 @@ from inframind_ray.policy.recording import RecordingPolicy
 from inframind_ray.policy.registry import PolicyRegistry, RegistryError, describe
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
+from inframind_ray.replica.predict import fastest_finish_in_s, too_late
 from inframind_ray.serving.backend import ServeBackend
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.metrics import OrchestratorMetrics
@@ -379,6 +381,9 @@ class Orchestrator:
                           else None)
         except UserError as e:
             return {"http_status": 404 if isinstance(e, NotFound) else 400, "error": str(e)}
+        refusal = self._admit(q)
+        if refusal is not None:
+            return refusal
         ep, served = self._recording(q, policy)
         self.inflight += 1
         self.metrics.inflight.set(self.inflight)
@@ -407,6 +412,22 @@ class Orchestrator:
             self.rollouts.finish(ep, res, correct)
         self.served += 1
         return self._respond(res, policy.name, correct)
+
+    def _admit(self, q: QueryInfo) -> dict | None:
+        """The ingress's admission by predicted finish (``replica.predict``, the replicas'
+        rule): a query whose budget not even one call on the fastest available model is
+        predicted to meet (past ``engine.admission_margin``) is refused now with 503 and a
+        Retry-After of the predicted excess (at least 1 s); None admits it (the policy then fits
+        the plan to the load: cheaper models or strategies when it is tight)."""
+        margin = self.cfg.engine.admission_margin
+        state = self.loads.system_state()
+        finish = fastest_finish_in_s(state.models, q.budget_s, state.now)
+        if finish is None or not too_late(finish, q.budget_s, margin):
+            return None
+        self.metrics.shed.inc(tags={"reason": "predicted_deadline_miss"})
+        return {"http_status": 503, "retry_after": max(1, math.ceil(finish - q.budget_s)),
+                "error": f"no model is predicted to answer within the budget: the fastest "
+                         f"finishes in {finish:.3g} s, budget {q.budget_s:g} s"}
 
     def _recording(self, q: QueryInfo, policy: Policy):  # noqa: ANN202
         """(episode, the policy to run): the learned registry policy wrapped to record its

@@ -9,6 +9,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
 import ray
 from ray import serve
@@ -44,7 +45,7 @@ async def admit(queue: DeadlineQueue, run: Callable[[GenerateRequest], Awaitable
                               latency_s=adm.latency_s, detail=adm.detail)
     res = adm.result
     queue.answered(res.status, None if res.ttft_s is None else adm.waited_s + res.ttft_s,
-                   adm.latency_s)
+                   adm.latency_s, adm.waited_s, res.service_s)
     return replace(res, queue_wait_s=adm.waited_s, latency_s=adm.latency_s)
 
 
@@ -58,7 +59,9 @@ class ModelReplica:
         self.engine = make_engine(self.model, self.pool)
         await self.engine.start()
         self.queue = DeadlineQueue(self.engine.capacity, self.model.max_queue, clock=WALL_CLOCK,
-                                   order=self.pool.engine.scheduling)
+                                   order=self.pool.engine.scheduling,
+                                   margin=self.pool.engine.admission_margin,
+                                   engine_load=self.engine.stats)
         ctx = serve.get_replica_context()
         self.replica_id = ctx.replica_tag
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -96,7 +99,7 @@ class ModelReplica:
         return self.queue.snapshot_over(self.engine.stats(), model=self.model.name,
                                         replica_id=self.replica_id, node_id=self.node_id)
 
-    def record_routing_stats(self) -> dict[str, float]:
+    def record_routing_stats(self) -> dict[str, Any]:
         """This replica's load for the model's request router (``serving.router``); Serve asks
         every ``metrics_period_s``."""
         return routing_stats(self.snapshot())

@@ -1,18 +1,22 @@
-"""The choice among a model's Serve replicas: the shared ``replica.choice.shortest_queue``, the
-twin's own, as a Ray Serve request router.
+"""The choice among a model's Serve replicas: the shared ``replica.choice.earliest_finish`` (the
+request's predicted finish under each replica's EDF queue), the twin's own, as a Ray Serve
+request router.
 
-Each replica reports its load (its ``LoadSnapshot``'s waiting + running, stamped) as Serve
-routing stats (``ModelReplica.record_routing_stats``, every ``metrics_period_s``); the router adds
-the requests it sent to a replica after that stamp and still in flight, and takes off those it
-saw end after the stamp (a request's end retires its replica's oldest send), so that requests
+Each replica reports its load (its ``LoadSnapshot``'s waiting + running, the EDF slacks of its
+queue, capacity and service-time EWMA, stamped) as Serve routing stats
+(``ModelReplica.record_routing_stats``, every ``metrics_period_s``); the router adds the requests
+it sent to a replica after that stamp and still in flight, and takes off those it saw end after
+the stamp (a request's end retires its replica's oldest send), so that requests
 between two reports neither all join one queue nor avoid a queue that has just emptied.
-Serve's own backpressure stays: the shortest queue is tried first, the other replicas next.
+Requests sent since the report count as waiting ahead of the new one (their deadlines are not
+known here). Serve's own backpressure stays: the chosen replica is tried first, the others next.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import (
@@ -24,16 +28,25 @@ from ray.serve.request_router import (
 )
 
 from inframind_ray.core.types import LoadSnapshot
-from inframind_ray.replica.choice import shortest_queue
+from inframind_ray.replica.choice import earliest_finish
 
 
-def routing_stats(snap: LoadSnapshot) -> dict[str, float]:
-    """What a replica reports to the router: its queue lengths and when they were taken."""
-    return {"waiting": snap.waiting, "running": snap.running, "timestamp": snap.timestamp}
+def routing_stats(snap: LoadSnapshot) -> dict[str, Any]:
+    """What a replica reports to the router: its queue lengths, EDF slacks, capacity and
+    service-time EWMA, and when they were taken."""
+    return {"waiting": snap.waiting, "running": snap.running, "timestamp": snap.timestamp,
+            "waiting_slack_s": list(snap.waiting_slack_s), "capacity": snap.capacity,
+            "service_s": snap.service_s}
 
 
-class ShortestQueueRouter(FIFOMixin, RequestRouter):
-    """Routes each request to the replica with the fewest requests (waiting + running)."""
+def request_deadline(pending: PendingRequest | None) -> float:
+    """The deadline (epoch seconds) of a routed ``generate`` request; inf for anything else."""
+    args = pending.args if pending is not None else ()
+    return float(getattr(args[0], "deadline", math.inf)) if args else math.inf
+
+
+class DeadlineRouter(FIFOMixin, RequestRouter):
+    """Routes each request to the replica where it is predicted to end first."""
 
     def initialize_state(self, **kwargs: object) -> None:
         """Per replica, [send time, end time (inf while in flight)] of this router's requests
@@ -51,21 +64,26 @@ class ShortestQueueRouter(FIFOMixin, RequestRouter):
         retired = sum(t <= stamp < end < math.inf for t, end in sent)
         waiting = int(stats.get("waiting", 0)) + fresh - retired
         running = int(stats.get("running", 0)) + min(0, waiting)
+        slacks = tuple(stats.get("waiting_slack_s", ()))[:max(0, waiting)]
         return LoadSnapshot(replica.replica_id.deployment_id.name, waiting=max(0, waiting),
                             running=max(0, running), timestamp=stamp,
-                            replica_id=replica.replica_id.unique_id)
+                            replica_id=replica.replica_id.unique_id, waiting_slack_s=slacks,
+                            capacity=int(stats.get("capacity", 0)),
+                            service_s=float(stats.get("service_s", 0.0)))
 
     async def choose_replicas(
         self, candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
-        """The shortest queue first; the rest (Serve's lowest queue length among them) next."""
+        """The earliest predicted finish first; the rest (Serve's lowest queue length among
+        them) next."""
         if not candidate_replicas:
             return []
         live = {r.replica_id for r in candidate_replicas}
         for rid in [r for r in self._sent if r not in live]:
             del self._sent[rid]
-        best = shortest_queue([self.snapshot(r) for r in candidate_replicas])
+        best = earliest_finish([self.snapshot(r) for r in candidate_replicas],
+                               request_deadline(pending_request), time.time())
         rest = candidate_replicas[:best] + candidate_replicas[best + 1:]
         return [[candidate_replicas[best]], rest] if rest else [[candidate_replicas[best]]]
 
@@ -83,7 +101,8 @@ class ShortestQueueRouter(FIFOMixin, RequestRouter):
 
 
 def router_config(stats_period_s: float) -> RequestRouterConfig:
-    """The model deployments' router: the shortest queue, on reports every ``stats_period_s``."""
-    return RequestRouterConfig(request_router_class=ShortestQueueRouter,
+    """The model deployments' router: the earliest predicted finish, on reports every
+    ``stats_period_s``."""
+    return RequestRouterConfig(request_router_class=DeadlineRouter,
                                request_routing_stats_period_s=stats_period_s,
                                request_routing_stats_timeout_s=max(1.0, 10 * stats_period_s))

@@ -33,7 +33,7 @@ class TwinBackend:
         prompt_tokens = prompt_tokens_of(q, call.strategy, sum(u.output_tokens for u in ups))
         req = EngineRequest(f"{q.query_id}/{call.node.id}/{next(self._ids)}", prompt_tokens, tokens,
                             deadline=call.deadline, program=call.program)
-        res = await self.replicas[call.model].pick().generate(req)
+        res = await self.replicas[call.model].pick(req.deadline).generate(req)
         return AgentResult(
             node_id=call.node.id,
             role=call.node.role,

@@ -1,6 +1,6 @@
 """Build a twin pool from its config: per replica, the shared replica layer (admission queue, load
-snapshot) in front of a ``TwinEngine``; per model, the shared replica choice; for the policies,
-the shared load view."""
+snapshot) in front of a ``TwinEngine``; per model, the shared replica choice (earliest predicted
+finish); for the policies, the shared load view."""
 
 from __future__ import annotations
 
@@ -16,20 +16,23 @@ from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.types import LoadSnapshot, PoolInfo, SystemState
 from inframind_ray.pools.hardware import derive_hardware
 from inframind_ray.replica.admission import DeadlineQueue
-from inframind_ray.replica.choice import shortest_queue
+from inframind_ray.replica.choice import earliest_finish
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.twin.engine import TwinEngine
 
 
 class TwinReplica:
     """One replica as served: a bounded admission queue (capacity ``max_num_seqs``, at most
-    ``max_queue`` waiting, in the engine's order) in front of its engine, on the loop clock."""
+    ``max_queue`` waiting, in the engine's order, refusing by predicted finish past ``margin``)
+    in front of its engine, on the loop clock."""
 
-    def __init__(self, model: str, engine: TwinEngine, max_queue: int) -> None:
+    def __init__(self, model: str, engine: TwinEngine, max_queue: int,
+                 margin: float | None = None) -> None:
         self.model = model
         self.engine = engine
         self.queue = DeadlineQueue(engine.max_num_seqs, max_queue, clock=LOOP_CLOCK,
-                                   order=engine.policy)
+                                   order=engine.policy, margin=margin,
+                                   engine_load=engine.snapshot)
 
     async def generate(self, req: EngineRequest) -> EngineResult:
         """Admit ``req`` and let the engine run it; the result's times count from the arrival
@@ -42,7 +45,9 @@ class TwinReplica:
             return EngineResult(req.request_id, adm.status, 0, t0, None, t0 + adm.latency_s, 0)
         res = adm.result
         self.queue.answered(res.status, None if res.first_token is None
-                            else res.first_token - t0, adm.latency_s)
+                            else res.first_token - t0, adm.latency_s, adm.waited_s,
+                            None if req.first_scheduled is None
+                            else res.finished_at - req.first_scheduled)
         return replace(res, arrival=t0)
 
     def snapshot(self) -> LoadSnapshot:
@@ -54,10 +59,11 @@ class TwinReplica:
         """Latency EWMAs of a past load (engine and queue alike)."""
         self.engine.seed_history(ttft_s, tpot_s, e2e_s)
         self.queue.ttft_ewma, self.queue.e2e_ewma = ttft_s, e2e_s
+        self.queue.service_ewma = e2e_s
 
 
 class ModelReplicas:
-    """The replicas of one pool model; new requests join the shortest queue."""
+    """The replicas of one pool model; a new request goes where it is predicted to end first."""
 
     def __init__(self, name: str, replicas: list[TwinReplica]) -> None:
         self.name = name
@@ -68,11 +74,13 @@ class ModelReplicas:
         """The replicas' engines."""
         return [r.engine for r in self.replicas]
 
-    def pick(self) -> TwinReplica:
-        """The shared replica choice on the replicas' snapshots."""
+    def pick(self, deadline: float = float("inf")) -> TwinReplica:
+        """The shared replica choice (``replica.choice.earliest_finish``) for a request due at
+        ``deadline``, on the replicas' snapshots."""
         if len(self.replicas) == 1:
             return self.replicas[0]
-        return self.replicas[shortest_queue([r.snapshot() for r in self.replicas])]
+        return self.replicas[earliest_finish([r.snapshot() for r in self.replicas], deadline,
+                                             LOOP_CLOCK.now())]
 
     def load(self) -> LoadSnapshot:
         """Aggregate snapshot of all replicas."""
@@ -133,6 +141,6 @@ def build_engines(cfg: PoolConfig, scheduling: str | None = None) -> dict[str, M
                 f"{m.name}/{r}", profile, max_num_seqs=m.max_num_seqs,
                 kv_capacity_tokens=hw.kv_capacity,
                 max_batched_tokens=cfg.engine.max_batched_tokens, scheduling=policy),
-                m.max_queue)
+                m.max_queue, cfg.engine.admission_margin)
             for r in range(m.replicas)])
     return out

@@ -63,6 +63,7 @@ class GenerateResult:
     latency_s: float = 0.0  # replica receipt to end
     preemptions: int = 0
     detail: str = ""
+    service_s: float | None = None  # engine time from first scheduled to the end, if known
 
 
 class Engine(ABC):

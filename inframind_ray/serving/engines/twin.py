@@ -64,6 +64,8 @@ class WallClockTwinEngine(Engine):
             ttft_s=None if res.first_token is None else res.first_token - t0,
             latency_s=loop.time() - t0,
             preemptions=res.num_preemptions,
+            service_s=None if ereq.first_scheduled is None
+            else loop.time() - ereq.first_scheduled,
             detail="" if ok else ("request does not fit the KV cache"
                                   if res.status is RequestStatus.REJECTED else res.status.api),
         )

@@ -1,0 +1,87 @@
+"""Admission at the ingress replica, before the hop to the orchestrator: the replicas' rule
+(``replica.predict.too_late``) on the control plane's own delay.
+
+The replicas' predictions cannot see a saturated control plane (the HTTP proxy, this ingress and
+the single orchestrator actor planning every query): there a query waits outside any agent call.
+This ingress predicts that delay two ways and takes the larger: measured, the EWMA of answered
+queries' time outside their agent calls (their time here less the span from their first call's
+start to their last call's end; it lags by a query's latency); and ahead of it, by Little's law,
+the backlog's excess wait: the queries in flight over the rate at which they completed in the
+last ``window_s``, less the EWMA of their calls' span (at a steady load the two cancel; when
+arrivals outrun the control plane, the queries in flight grow at once while completions do
+not). A new query cannot finish before that delay, so one whose budget the delay exceeds by more
+than the admission margin is refused here, in this process, at once (HTTP 503 with
+Retry-After), never reaching the orchestrator. With no query in flight both are forgotten (an
+idle service admits; the next answers measure them again).
+
+The ``max_inflight_queries`` bound is checked here too (429), so that its refusal does not wait
+for a busy orchestrator's event loop; the orchestrator keeps its own check for other paths."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
+from inframind_ray.core.request import ewma
+from inframind_ray.replica.predict import too_late
+
+
+class IngressGate:
+    """The ingress's admission state: its queries in flight, the control-plane delay EWMA."""
+
+    def __init__(self, margin: float | None, max_inflight: int | None = None,
+                 window_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.margin, self.max_inflight, self.clock = margin, max_inflight, clock
+        self.window_s = window_s
+        self.inflight = 0
+        self.delay_s = 0.0  # EWMA of answered queries' time outside their agent calls
+        self.span_s = 0.0  # EWMA of answered queries' span of agent calls
+        self._done: deque[float] = deque(maxlen=100_000)  # completion instants (bounded)
+
+    def backlog_s(self) -> float:
+        """Little's law's excess: ``inflight / throughput - span_s`` over the last
+        ``window_s`` (0 when nothing completed in it)."""
+        now = self.clock()
+        while self._done and self._done[0] < now - self.window_s:
+            self._done.popleft()
+        if not self._done:
+            return 0.0
+        return max(0.0, self.inflight * self.window_s / len(self._done) - self.span_s)
+
+    def predicted_delay_s(self) -> float:
+        """The control plane's predicted delay for a new query: the larger of the two."""
+        if self.inflight == 0:
+            self.delay_s = self.span_s = 0.0
+            self._done.clear()
+        return max(self.delay_s, self.backlog_s())
+
+    def refusal(self, budget_s: float) -> dict | None:
+        """The 429 (``max_inflight`` queries in flight) or 503 (the rule) answer for a query due
+        in ``budget_s``; None admits."""
+        if self.max_inflight is not None and self.inflight >= self.max_inflight:
+            return {"http_status": 429, "error": "too many queries in flight", "retry_after": 1}
+        delay = self.predicted_delay_s()
+        if not too_late(delay, budget_s, self.margin):
+            return None
+        return {"http_status": 503, "retry_after": max(1, math.ceil(delay - budget_s)),
+                "error": f"the service is saturated: a new query is predicted to wait "
+                         f"{delay:.3g} s outside its agent calls, budget {budget_s:g} s"}
+
+    def enter(self) -> float:
+        """A query admitted and sent to the orchestrator; returns its start instant."""
+        self.inflight += 1
+        return self.clock()
+
+    def leave(self, started: float, out: dict) -> None:
+        """The orchestrator answered ``out`` (its ``steps``' ``start_s`` / ``end_s`` count from
+        the query's arrival there) for a query sent at ``started``."""
+        self.inflight -= 1
+        now = self.clock()
+        self._done.append(now)
+        steps = out.get("steps") or ()
+        if steps:
+            calls = max(s["end_s"] for s in steps) - min(s["start_s"] for s in steps)
+            self.span_s = ewma(self.span_s, calls)
+            self.delay_s = ewma(self.delay_s, max(0.0, now - started - calls))
