@@ -80,22 +80,29 @@ def test_dual_ascent_is_projected():
     assert dual_ascent(99.0, 1.0, 0.0, 10.0, lam_max=100.0) == 100.0
 
 
-def test_lagrangian_reward_and_lambda_rises(hot_algo):
-    """The learner's connector writes quality - lam * cost * w into the rewards; one update on a
-    batch whose mean cost exceeds the target raises lambda (and logs it)."""
-    episodes = hot_algo.env_runner.sample(num_episodes=1, explore=True)
-    piece = LagrangianReward(lam=3.0)
+def _rewritten(algo, piece: LagrangianReward, want) -> LagrangianReward:  # noqa: ANN001
+    """Run the reward piece on a sampled episode; every decision's reward must be ``want(its
+    final infos)`` (and a right, in-budget answer is right)."""
+    episodes = algo.env_runner.sample(num_episodes=1, explore=True)
     piece(rl_module=None, batch={}, episodes=episodes)
     checked = 0
     for ep in episodes:
         for sa in ep.agent_episodes.values():
             info = sa.get_infos(-1)
             if "cost" in info:
-                want = (info["quality"] - 3.0 * info["cost"] * info["weight"]
-                        - info.get("toll", 0.0))
-                assert sa.get_rewards(-1) == pytest.approx(want, abs=1e-5)
+                assert info["correct"] >= info["quality"]
+                assert sa.get_rewards(-1) == pytest.approx(want(info), abs=1e-5)
                 checked += 1
-    assert checked > 0 and np.mean(piece.query_costs) > 0, "the hot env must violate"
+    assert checked > 0
+    return piece
+
+
+def test_lagrangian_reward_and_lambda_rises(hot_algo):
+    """The learner's connector writes quality - lam * cost * w into the rewards; one update on a
+    batch whose mean cost exceeds the target raises lambda (and logs it)."""
+    piece = _rewritten(hot_algo, LagrangianReward(lam=3.0), lambda i: (
+        i["quality"] - 3.0 * i["cost"] * i["weight"] - i.get("toll", 0.0)))
+    assert np.mean(piece.query_costs) > 0, "the hot env must violate"
 
     learner = hot_algo.learner_group._learner
     lam0 = learner.lam
@@ -113,20 +120,10 @@ def test_accuracy_floor_adds_mu_correct_and_mu_rises(hot_algo):
     """LAMaS's accuracy floor: the reward gains ``mu * correct`` (all over 1 + mu); with a floor
     S0 = 1 (above any batch's accuracy) one update raises mu from 0, logs it and keeps it in the
     learner's state; without a floor mu stays 0."""
-    episodes = hot_algo.env_runner.sample(num_episodes=1, explore=True)
-    piece = LagrangianReward(lam=0.5, mu=2.0)
-    piece(rl_module=None, batch={}, episodes=episodes)
-    checked = 0
-    for ep in episodes:
-        for sa in ep.agent_episodes.values():
-            info = sa.get_infos(-1)
-            if "cost" in info:
-                assert info["correct"] >= info["quality"]  # right and in budget => right
-                want = (info["quality"] - 0.5 * info["cost"] * info["weight"]
-                        - info.get("toll", 0.0) + 2.0 * info["correct"]) / 3.0
-                assert sa.get_rewards(-1) == pytest.approx(want, abs=1e-5)
-                checked += 1
-    assert checked > 0 and len(piece.query_correct) == len(piece.query_costs)
+    piece = _rewritten(hot_algo, LagrangianReward(lam=0.5, mu=2.0), lambda i: (
+        i["quality"] - 0.5 * i["cost"] * i["weight"] - i.get("toll", 0.0)
+        + 2.0 * i["correct"]) / 3.0)
+    assert len(piece.query_correct) == len(piece.query_costs)
 
     learner = hot_algo.learner_group._learner
     assert learner.accuracy_floor is None and learner.mu == 0.0
