@@ -18,8 +18,19 @@ from inframind_ray.policy.registry import PolicyRegistry
 from inframind_ray.serving.rollouts import RolloutRecorder
 
 
+@pytest.fixture(scope="module")
+def ray_local():
+    """This module's own local Ray, shut down after it (``learn`` starts one only when none is
+    up, and never stops it: a Ray left up here breaks every later module's ``ray.init``)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
 @pytest.mark.slow  # a local Ray and two RLlib algorithms: 45-90 s on the 2-core machine
-def test_learns_from_live_rollouts_and_resumes(tmp_path):
+def test_learns_from_live_rollouts_and_resumes(ray_local, tmp_path):
     """PPO iterations on recorded rollouts (half of them scored useless by client feedback):
     the candidate's parent and data window; trained weights; acknowledged rollouts; a restart
     takes up from the ledger's checkpoint and trains on new rollouts only; nothing promoted."""
