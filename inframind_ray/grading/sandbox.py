@@ -74,8 +74,9 @@ class SandboxLimits:
     included), ``nproc`` processes and threads of the sample, ``nofile`` open files per process,
     ``tmpfs_mb`` the whole writable work area (namespaces only)."""
 
-    wall_s: float = 10.0
-    cpu_s: int = 5
+    wall_s: float = 20.0
+    cpu_s: int = 10  # MBPP item 123's own reference (brute-force amicable numbers to 9,999) takes
+    #                  4.5 CPU-s on an idle core here: 5 s killed it in CI (docs/tasks.md)
     memory_mb: int = 512
     file_mb: int = 1
     nproc: int = 32
