@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import statistics
 import time
 import uuid
 from collections import Counter
@@ -30,7 +29,7 @@ from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.replica.predict import fastest_finish_in_s, too_late
 from inframind_ray.serving.backend import ServeBackend
-from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
+from inframind_ray.serving.engines.base import GenerateResult
 from inframind_ray.serving.metrics import OrchestratorMetrics
 from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
@@ -501,123 +500,7 @@ class Orchestrator:
     # ------------------------------------------------------------------ overhead
     async def measure_overhead(self, n: int, model: str, warmup: int = 20,
                                rollouts: bool = False) -> dict:
-        """Bare deployment-handle hops vs orchestrated agent steps, interleaved (ms); with
-        ``rollouts``, also the learned policy's steps with rollout recording off vs on."""
-        backend = self._backend()
-        handle = backend.handles[model]
-        policy = _FixedModel(self.pool_info, model)
-        bare, step = [], []
-        for i in range(n + warmup):
-            req = GenerateRequest(f"bare-{i}", "ping", 1, time.time() + 60)
-            t = time.perf_counter()
-            await handle.generate.remote(req)
-            b = time.perf_counter() - t
-            q = QueryInfo(f"ovh-{i}", "ping", 60.0, WALL_CLOCK.now())
-            t = time.perf_counter()
-            await run_query(q, policy, backend, self.loads.system_state, clock=WALL_CLOCK)
-            s = time.perf_counter() - t
-            if i >= warmup:
-                bare.append(b * 1e3)
-                step.append(s * 1e3)
+        """The serving overhead, measured in this actor (``serving/overhead.py``)."""
+        from inframind_ray.serving.overhead import measure_overhead
 
-        def pct(xs: list[float], p: float) -> float:
-            return round(statistics.quantiles(xs, n=100, method="inclusive")[p - 1], 3)
-
-        diff = [s - b for s, b in zip(step, bare, strict=True)]
-        out = {"n": n, "bare_hop_p50_ms": round(statistics.median(bare), 3),
-               "bare_hop_p99_ms": pct(bare, 99), "step_p50_ms": round(statistics.median(step), 3),
-               "step_p99_ms": pct(step, 99)}
-        out["added_p50_ms"] = round(out["step_p50_ms"] - out["bare_hop_p50_ms"], 3)
-        out["added_p99_ms"] = round(out["step_p99_ms"] - out["bare_hop_p99_ms"], 3)
-        out["paired_added_p50_ms"] = round(statistics.median(diff), 3)
-        out["paired_added_p99_ms"] = pct(diff, 99)
-        if rollouts:
-            out["rollouts"] = await self._measure_recording(n, warmup, pct)
-        ctl = self._controller_cost(n + warmup, warmup)
-        out["controller_per_node_p50_ms"] = round(statistics.median(ctl), 4)
-        out["controller_per_node_p99_ms"] = pct(ctl, 99)
-        return out
-
-    def _controller_cost(self, n: int, warmup: int) -> list[float]:
-        """Milliseconds the execution controller adds when a node finishes: its input from the
-        live load (``make_input``) and its decision (features + MLP), on a three-voter plan with
-        two answers in, one of each kind of vote (unanimous, split) in turn."""
-        from inframind_ray.core.topology import Plan, Topology
-        from inframind_ray.orchestration.controller import make_input
-
-        ctl = self._get_controller()
-        plan = Plan.make(Topology.DEBATE, 3, rounds=1)
-        graph = build_graph(plan)
-        out = []
-        for i in range(n):
-            q = QueryInfo(f"ctl-{i}", "ping", 60.0, WALL_CLOCK.now() - 1.0, task="mmlu_pro")
-            done = [(0, "A"), (1, "A" if i % 2 else "B")]
-            t = time.perf_counter()
-            ctl.decide(1, make_input(q, plan, graph, done, WALL_CLOCK.now(),
-                                     self.loads.system_state()))
-            if i >= warmup:
-                out.append((time.perf_counter() - t) * 1e3)
-        return out
-
-    async def _measure_recording(self, n: int, warmup: int, pct) -> dict:  # noqa: ANN001
-        """The learned policy's queries with rollout recording off and on, interleaved (its own
-        plans, so a query may have several agent steps): the added milliseconds per agent step,
-        row building and the Parquet writes (to a temporary folder) included."""
-        import tempfile
-
-        from inframind_ray.policy.recording import RecordingPolicy
-
-        policy = self._policy(LearnedPolicy.name)
-        if not isinstance(policy, LearnedPolicy):
-            return {"error": f"the learned policy does not serve: {self.policy_status}"}
-        backend = self._backend()
-        off, on, added, decisions = [], [], [], 0
-        with tempfile.TemporaryDirectory() as tmp:
-            rec = RolloutRecorder(tmp, self.cfg.serving.rollouts)
-            for i in range(n + warmup):
-                q = QueryInfo(f"rec-off-{i}", "ping", 60.0, WALL_CLOCK.now())
-                t = time.perf_counter()
-                r_off = await run_query(q, policy, backend, self.loads.system_state,
-                                        clock=WALL_CLOCK)
-                t_off = (time.perf_counter() - t) * 1e3 / len(r_off.steps)
-                q = QueryInfo(f"rec-on-{i}", "ping", 60.0, WALL_CLOCK.now())
-                t = time.perf_counter()
-                ep = rec.start(q, "measure", (0, 0, 0))
-                r_on = await run_query(q, RecordingPolicy(policy, rec.sink(ep)), backend,
-                                       self.loads.system_state, clock=WALL_CLOCK)
-                rec.finish(ep, r_on, None)
-                t_on = (time.perf_counter() - t) * 1e3 / len(r_on.steps)
-                if i >= warmup:
-                    off.append(t_off)
-                    on.append(t_on)
-                    added.append(t_on - t_off)
-                    decisions += 1 + len(r_on.steps)
-            rec.flush()
-            files = len(rec.written)
-        return {"n": n, "step_off_p50_ms": round(statistics.median(off), 3),
-                "step_on_p50_ms": round(statistics.median(on), 3),
-                "added_per_step_p50_ms": round(statistics.median(added), 3),
-                "added_per_step_p99_ms": pct(added, 99),
-                "decisions_per_query": round(decisions / n, 2), "parquet_files": files,
-                "flush_rows": self.cfg.serving.rollouts.flush_rows}
-
-
-class _FixedModel(Policy):
-    """IO plan on one model (overhead measurement)."""
-
-    name = "fixed"
-
-    def __init__(self, pool, model: str) -> None:  # noqa: ANN001
-        super().__init__(pool)
-        self.model = model
-
-    def _plan(self, query, state):  # noqa: ANN001, ANN202
-        from inframind_ray.core.topology import Plan, Topology
-
-        return Plan.make(Topology.IO)
-
-    def _decide(self, ctx):  # noqa: ANN001, ANN202
-        from inframind_ray.core.strategy import Strategy
-        from inframind_ray.core.types import StepDecision
-
-        return StepDecision(self.model, Strategy.FLASH)
+        return await measure_overhead(self, n, model, warmup, rollouts)
