@@ -192,3 +192,36 @@ def test_train_config_errors(tmp_path):
     r = subprocess.run([sys.executable, "-m", "inframind_ray.cli", "train", "-c",
                         str(tmp_path / "none.yaml")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_validation_pools_per_pool_rows_and_collapse_guard(tmp_path):
+    """Validation runs on every validation pool (listed and sampled), at load factors of each
+    pool's capacity proxy; the collapse guard reports per pool; a held-out test pool is refused
+    at load."""
+    from inframind_ray.learning.train import collapse_by_pool, evaluate, per_pool, \
+        strongest_by_pool, validation_pools
+
+    cfg = TrainConfig.model_validate({
+        "env": {"pool": "constrained", "tasks": "gsm8k=1"},
+        "eval": {"pools": ["constrained", "shared_gpu"], "sampled_pools": 1,
+                 "load_factors": [0.05, 0.1], "queries": 10, "budget": [30, 60]}})
+    pools = validation_pools(cfg)
+    assert [n for n, _ in pools] == ["constrained", "shared_gpu", "sampled-0"]
+    assert validation_pools(cfg)[2][1] == pools[2][1]  # the sampled pool is seeded
+    rows = evaluate(cfg, None, policy="always-strongest")
+    assert [(r["pool"], r["load_factor"]) for r in rows] == [
+        (n, f) for n, _ in pools for f in (0.05, 0.1)]
+    for name in ("constrained", "shared_gpu"):  # rates scale with each pool's own capacity
+        a, b = (r["rate_per_min"] for r in rows if r["pool"] == name)
+        assert b == pytest.approx(2 * a, rel=1e-3)
+    assert {r["rate_per_min"] for r in rows if r["pool"] == "constrained"} != \
+        {r["rate_per_min"] for r in rows if r["pool"] == "shared_gpu"}
+    assert set(per_pool(rows)) == {"constrained", "shared_gpu", "sampled-0"}
+    flags = collapse_by_pool(rows, strongest_by_pool(cfg))
+    assert set(flags) == {"constrained", "shared_gpu", "sampled-0"} or len(pools[2][1].models) == 1
+    assert all("strongest model" in f for f in flags.values())  # always-strongest: one model
+
+    bad = tmp_path / "heldout.yaml"
+    bad.write_text("eval: {pools: [heldout/a100-pair]}\n")
+    with pytest.raises(Exception, match="eval.pools: 'heldout/a100-pair' is a held-out"):
+        load_train_config(bad)  # a ConfigError: the CLI's one line, exit 2 (test above)

@@ -59,7 +59,9 @@ def train(
                              f"ent {ex['entropy'] or 0:.2f}")
             for e in row.get("eval", []):
                 top = max(e["model_mix"].items(), key=lambda kv: kv[1], default=("-", 0))
-                parts.append(f"val@{e['rate_per_min']:g} {e['goodput']:.3f} "
+                where = f"{e['pool']}@" if len(cfg.eval.pools or []) + cfg.eval.sampled_pools > 1 \
+                    else ""
+                parts.append(f"val {where}{e['rate_per_min']:g} {e['goodput']:.3f} "
                              f"({top[0]} {top[1]:.0%})")
             bar.console.print("  ".join(parts))
             bar.update(task, completed=row["iteration"] if row["phase"] == "ppo" else 0)
@@ -69,8 +71,13 @@ def train(
                   f"{summary['untrained_val_goodput']:.3f} -> best "
                   f"{summary['best_val_goodput']:.3f} (iteration {summary['best_iteration']}); "
                   f"final lambda {summary['final_lambda']}")
-    if summary["collapse"]:
-        console.print(f"[yellow]collapse guard: {summary['collapse']}[/yellow]")
+    by_pool = summary["best_val_goodput_by_pool"]
+    if len(by_pool) > 1:
+        start = summary["start_val_goodput_by_pool"]
+        console.print("per validation pool (best vs " + summary["start_phase"] + "): " + ", ".join(
+            f"{p} {start.get(p, float('nan')):.3f} -> {g:.3f}" for p, g in by_pool.items()))
+    for pool, flag in summary["collapse"].items():
+        console.print(f"[yellow]collapse guard ({pool}): {flag}[/yellow]")
     console.print(f"wrote {out}/policy, {out}/metrics.jsonl, {out}/summary.json")
 
 

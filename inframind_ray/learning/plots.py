@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 
 def plot_training(history: list[dict], path: Path) -> None:
     """Validation goodput per rate, lambda and mean cost per iteration."""
@@ -14,8 +16,14 @@ def plot_training(history: list[dict], path: Path) -> None:
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     evals = [h for h in history if "eval" in h]
-    rates = sorted({e["rate_per_min"] for h in evals for e in h["eval"]})
-    for r in rates:
+    pools = sorted({e.get("pool", "") for h in evals for e in h["eval"]})
+    if len(pools) > 1:  # one line per validation pool: its mean over the rates
+        for p in pools:
+            pts = [(h["iteration"], float(np.mean([e["goodput"] for e in h["eval"]
+                                                  if e.get("pool", "") == p]))) for h in evals]
+            a1.plot(*zip(*pts, strict=True), marker="o", label=p)
+    for r in sorted({e["rate_per_min"] for h in evals for e in h["eval"]}) if len(pools) < 2 \
+            else ():
         pts = [(h["iteration"], e["goodput"]) for h in evals for e in h["eval"]
                if e["rate_per_min"] == r]
         a1.plot(*zip(*pts, strict=True), marker="o", label=f"{r:g} req/min")

@@ -21,11 +21,13 @@ from typing import Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inframind_ray import assumptions as A
-from inframind_ray.config import read_yaml, validated
+from inframind_ray.config import PoolConfig, load_pool, read_yaml, validated
+from inframind_ray.errors import ConfigError
 from inframind_ray.learning.env import EnvConfig
+from inframind_ray.learning.pools_draw import capacity_rpm
 from inframind_ray.learning.warmstart import WarmStart
 
 log = logging.getLogger(__name__)
@@ -75,14 +77,34 @@ class LagrangianSettings(BaseModel):
 
 
 class EvalSettings(BaseModel):
-    """Validation runs in the twin (val split), with the bench's own cell runner."""
+    """Validation runs in the twin (val split), with the bench's own cell runner, on every
+    validation pool at every rate (or load factor)."""
 
     model_config = ConfigDict(extra="forbid")
     every: int = Field(5, ge=1)
     rates: list[float] = [10.0, 150.0, 300.0]
+    load_factors: list[float] | None = None
+    """Instead of ``rates``: factors of each validation pool's capacity proxy
+    (``learning/pools_draw.capacity_rpm``, assumption ``LOAD_CAPACITY_PROXY``), so that pools of
+    different sizes are validated at comparable loads."""
     queries: int = Field(200, ge=10)
     budget: tuple[float, float] = A.BUDGET_RANGE_S
     seed: int = 1
+    pools: list[str] | None = None
+    """Validation pools (shipped names or files); None: the env's pool. A held-out test pool
+    (``pools/heldout/``) is refused at load: validation must not see the test pools."""
+    sampled_pools: int = Field(0, ge=0)
+    """Also this many random pools of ``pools.sampler`` drawn from ``pool_seed`` (the training
+    distribution, other draws than the env's, which come from the run's seed)."""
+    pool_seed: int = 20261202
+
+    @model_validator(mode="after")
+    def _rates_or_factors(self) -> EvalSettings:
+        if self.load_factors is not None and not self.load_factors:
+            raise ValueError("load_factors: give at least one factor, or leave it out")
+        if any(f <= 0 for f in self.load_factors or ()):
+            raise ValueError("load_factors must be > 0")
+        return self
 
 
 class TrainConfig(BaseModel):
@@ -100,8 +122,32 @@ class TrainConfig(BaseModel):
 
 
 def load_train_config(path: str | Path) -> TrainConfig:
-    """Read and validate a training config; ConfigError with one line otherwise."""
-    return validated(TrainConfig, read_yaml(path, "config"), source=str(path))
+    """Read and validate a training config (its validation pools too); ConfigError with one
+    line otherwise."""
+    cfg = validated(TrainConfig, read_yaml(path, "config"), source=str(path))
+    validation_pools(cfg)
+    return cfg
+
+
+def validation_pools(cfg: TrainConfig) -> list[tuple[str, PoolConfig]]:
+    """(name, pool) of every validation pool: ``eval.pools`` (default the env's pool), then
+    ``eval.sampled_pools`` random ones named ``sampled-K``; ConfigError on a missing or
+    held-out pool."""
+    from inframind_ray.pools.sampler import is_heldout, sample_pool
+
+    out = []
+    for name in cfg.eval.pools or [cfg.env.pool]:
+        try:
+            pool = load_pool(name)
+        except ConfigError as e:
+            raise ConfigError("eval.pools", e.message) from None
+        if is_heldout(pool):
+            raise ConfigError("eval.pools", f"{name!r} is a held-out test pool (its model set or "
+                              "GPU type is a pools/heldout/ pool's): validate on other pools")
+        out.append((Path(name).stem if name.endswith(".yaml") else name, pool))
+    rng = np.random.default_rng(cfg.eval.pool_seed)
+    out += [(f"sampled-{k}", sample_pool(rng)) for k in range(cfg.eval.sampled_pools)]
+    return out
 
 
 def start_ray() -> None:
@@ -200,22 +246,47 @@ def export_policy(algo, pool_info, hidden: int, path: Path, token_budget: bool =
 def evaluate(cfg: TrainConfig, checkpoint: Path | None, policy: str = "inframind") -> list[dict]:
     """Validation-split twin runs (one per eval rate) with the bench's cell runner."""
     from inframind_ray.bench.runner import CellSpec, run_cell
-    from inframind_ray.config import load_pool
+    from inframind_ray.pools.cards import build_pool_info
     from inframind_ray.tasks.registry import parse_mix
     from inframind_ray.tasks.workload import WorkloadSpec
 
-    pool = load_pool(cfg.env.pool)
+    mix = parse_mix(cfg.env.tasks)
     rows = []
-    for r in cfg.eval.rates:
-        w = WorkloadSpec(r, cfg.eval.queries, "poisson", "val", tuple(cfg.eval.budget),
-                         cfg.eval.seed, tuple(parse_mix(cfg.env.tasks).items()))
-        res = run_cell(CellSpec(pool, policy, w, None,
-                                str(checkpoint) if checkpoint else None,
-                                deadlines=cfg.env.deadlines))
-        s = res.summary
-        rows.append({k: s[k] for k in ("rate_per_min", "goodput", "accuracy", "slo_attainment",
-                                       "model_mix", "strategy_mix", "topology_mix")})
+    for name, pool in validation_pools(cfg):
+        factors = cfg.eval.load_factors
+        cap = capacity_rpm(build_pool_info(pool), mix) if factors else None
+        rates = [f * cap for f in factors] if factors else cfg.eval.rates
+        for i, r in enumerate(rates):
+            w = WorkloadSpec(round(r, 3), cfg.eval.queries, "poisson", "val",
+                             tuple(cfg.eval.budget), cfg.eval.seed, tuple(mix.items()))
+            res = run_cell(CellSpec(pool, policy, w, None,
+                                    str(checkpoint) if checkpoint else None,
+                                    deadlines=cfg.env.deadlines))
+            s = res.summary
+            row = {"pool": name, **{k: s[k] for k in (
+                "rate_per_min", "goodput", "accuracy", "slo_attainment", "model_mix",
+                "strategy_mix", "topology_mix")}}
+            if factors:
+                row["load_factor"] = factors[i]
+            rows.append(row)
     return rows
+
+
+def per_pool(rows: list[dict], key: str = "goodput") -> dict[str, float]:
+    """Mean of ``key`` over the rates of each validation pool (rows without a pool: the env's)."""
+    by: dict[str, list[float]] = {}
+    for e in rows:
+        by.setdefault(e.get("pool", "pool"), []).append(e[key])
+    return {p: round(float(np.mean(v)), 4) for p, v in by.items()}
+
+
+def collapse_by_pool(rows: list[dict], strongest: dict[str, str]) -> dict[str, str]:
+    """The collapse guard per validation pool: {pool: flag} for the pools that raise one
+    (``strongest``: each pool's most accurate model)."""
+    pools = sorted({e.get("pool", "pool") for e in rows})
+    flags = {p: collapse_flag([e for e in rows if e.get("pool", "pool") == p],
+                              strongest.get(p, "")) for p in pools}
+    return {p: f for p, f in flags.items() if f}
 
 
 def collapse_flag(rows: list[dict], strongest: str) -> str | None:
@@ -253,7 +324,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
     rllib_dir = out / "rllib"
     start_ray()
     env = TwinOrchestrationEnv(cfg.env.model_dump())
-    info, strongest = env.info, env.info.strongest
+    info = env.info
     t0 = time.perf_counter()
     algo = build_algo(cfg, env)
     history: list[dict] = []
@@ -297,7 +368,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
     finally:
         algo.stop()
         env.close()
-    return _finish(cfg, out, history, strongest, time.perf_counter() - t0)
+    return _finish(cfg, out, history, time.perf_counter() - t0)
 
 
 DIAGNOSTICS = {"approx_kl": "approx_kl", "clip_fraction": "clip_fraction",
@@ -355,8 +426,14 @@ def _log_row(row: dict, history: list, path: Path, on_row) -> None:
         on_row(row)
 
 
-def _finish(cfg: TrainConfig, out: Path, history: list[dict], strongest: str,
-            elapsed: float) -> dict:
+def strongest_by_pool(cfg: TrainConfig) -> dict[str, str]:
+    """Each validation pool's most accurate model."""
+    from inframind_ray.pools.cards import build_pool_info
+
+    return {name: build_pool_info(pool).strongest for name, pool in validation_pools(cfg)}
+
+
+def _finish(cfg: TrainConfig, out: Path, history: list[dict], elapsed: float) -> dict:
     evals = [h for h in history if "eval" in h and h["phase"] != "untrained"]
     best = max(evals, key=lambda h: np.mean([e["goodput"] for e in h["eval"]]))
     src = out / "checkpoints" / f"iter_{best['iteration']}"
@@ -371,10 +448,13 @@ def _finish(cfg: TrainConfig, out: Path, history: list[dict], strongest: str,
         "best_iteration": best["iteration"],
         "untrained_val_goodput": round(float(np.mean([e["goodput"] for e in untrained])), 4),
         "best_val_goodput": round(float(np.mean([e["goodput"] for e in best["eval"]])), 4),
+        "best_val_goodput_by_pool": per_pool(best["eval"]),
+        "start_phase": first["phase"],
+        "start_val_goodput_by_pool": per_pool(first["eval"]),
         "best_eval": best["eval"],
         "final_lambda": next((h["lambda"] for h in reversed(history) if h.get("lambda")
                               is not None), cfg.lagrangian.lam_init),
-        "collapse": collapse_flag(best["eval"], strongest),
+        "collapse": collapse_by_pool(best["eval"], strongest_by_pool(cfg)),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     from inframind_ray.learning.plots import plot_training
