@@ -198,8 +198,13 @@ def test_validation_pools_per_pool_rows_and_collapse_guard(tmp_path):
     """Validation runs on every validation pool (listed and sampled), at load factors of each
     pool's capacity proxy; the collapse guard reports per pool; a held-out test pool is refused
     at load."""
-    from inframind_ray.learning.train import collapse_by_pool, evaluate, per_pool, \
-        strongest_by_pool, validation_pools
+    from inframind_ray.learning.train import (
+        collapse_by_pool,
+        evaluate,
+        per_pool,
+        strongest_by_pool,
+        validation_pools,
+    )
 
     cfg = TrainConfig.model_validate({
         "env": {"pool": "constrained", "tasks": "gsm8k=1"},
@@ -225,3 +230,24 @@ def test_validation_pools_per_pool_rows_and_collapse_guard(tmp_path):
     bad.write_text("eval: {pools: [heldout/a100-pair]}\n")
     with pytest.raises(Exception, match="eval.pools: 'heldout/a100-pair' is a held-out"):
         load_train_config(bad)  # a ConfigError: the CLI's one line, exit 2 (test above)
+
+
+def test_report_compares_kept_and_start_on_another_seed(tmp_path):
+    """``eval.report_seed``: the kept checkpoint and the first one are evaluated side by side on
+    another validation seed; identical weights give identical goodput (a deterministic twin)."""
+    from inframind_ray.config import load_pool
+    from inframind_ray.learning.train import report
+    from inframind_ray.pools.cards import build_pool_info
+
+    info = build_pool_info(load_pool("constrained"))
+    pol = LearnedPolicy(info, seed=3, hidden=16)
+    pol.save(tmp_path / "policy")
+    pol.save(tmp_path / "checkpoints" / "iter_0")
+    cfg = TrainConfig.model_validate({
+        "env": {"pool": "constrained", "tasks": "gsm8k=1"},
+        "eval": {"rates": [120], "queries": 12, "budget": [20, 40], "report_seed": 7}})
+    rep = report(cfg, tmp_path, {"phase": "warm_start"})
+    assert rep["seed"] == 7 and rep["start_phase"] == "warm_start"
+    assert set(rep["kept_by_pool"]) == {"constrained"} == set(rep["start_by_pool"])
+    assert rep["kept_by_pool"] == rep["start_by_pool"] and rep["kept_minus_start"] == 0.0
+    assert 0.0 <= rep["kept_mean"] <= 1.0

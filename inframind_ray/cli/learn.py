@@ -76,6 +76,11 @@ def train(
         start = summary["start_val_goodput_by_pool"]
         console.print("per validation pool (best vs " + summary["start_phase"] + "): " + ", ".join(
             f"{p} {start.get(p, float('nan')):.3f} -> {g:.3f}" for p, g in by_pool.items()))
+    if "report" in summary:
+        rep = summary["report"]
+        console.print(f"report (validation seed {rep['seed']}, not used for selection): kept "
+                      f"{rep['kept_mean']:.3f} vs {rep['start_phase']} {rep['start_mean']:.3f} "
+                      f"({rep['kept_minus_start']:+.3f})")
     for pool, flag in summary["collapse"].items():
         console.print(f"[yellow]collapse guard ({pool}): {flag}[/yellow]")
     console.print(f"wrote {out}/policy, {out}/metrics.jsonl, {out}/summary.json")

@@ -97,6 +97,12 @@ class EvalSettings(BaseModel):
     """Also this many random pools of ``pools.sampler`` drawn from ``pool_seed`` (the training
     distribution, other draws than the env's, which come from the run's seed)."""
     pool_seed: int = 20261202
+    report_seed: int | None = None
+    """When set, after training the kept checkpoint and the run's first one (the warm start, or
+    the untrained policy) are evaluated again, side by side, on this seed's validation draws
+    (other val-split items and arrivals than ``seed``'s). The kept checkpoint is *selected* on
+    ``seed``'s rows, so only this second evaluation compares it with its warm start without
+    selection bias (``summary.json: report``)."""
 
     @model_validator(mode="after")
     def _rates_or_factors(self) -> EvalSettings:
@@ -426,6 +432,20 @@ def _log_row(row: dict, history: list, path: Path, on_row) -> None:
         on_row(row)
 
 
+def report(cfg: TrainConfig, out: Path, first: dict) -> dict:
+    """The kept checkpoint beside the run's first one on ``eval.report_seed``'s validation
+    draws: goodput per pool and the difference of their means over the pools."""
+    rep = cfg.model_copy(update={"eval": cfg.eval.model_copy(
+        update={"seed": cfg.eval.report_seed})})
+    start_dir = out / "checkpoints" / ("iter_0" if first["phase"] == "warm_start"
+                                       else "untrained")
+    kept, start = per_pool(evaluate(rep, out / "policy")), per_pool(evaluate(rep, start_dir))
+    k, s0 = float(np.mean(list(kept.values()))), float(np.mean(list(start.values())))
+    return {"seed": cfg.eval.report_seed, "start_phase": first["phase"],
+            "kept_by_pool": kept, "start_by_pool": start, "kept_mean": round(k, 4),
+            "start_mean": round(s0, 4), "kept_minus_start": round(k - s0, 4)}
+
+
 def strongest_by_pool(cfg: TrainConfig) -> dict[str, str]:
     """Each validation pool's most accurate model."""
     from inframind_ray.pools.cards import build_pool_info
@@ -456,6 +476,8 @@ def _finish(cfg: TrainConfig, out: Path, history: list[dict], elapsed: float) ->
                               is not None), cfg.lagrangian.lam_init),
         "collapse": collapse_by_pool(best["eval"], strongest_by_pool(cfg)),
     }
+    if cfg.eval.report_seed is not None:
+        summary["report"] = report(cfg, out, first)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     from inframind_ray.learning.plots import plot_training
 
