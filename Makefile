@@ -37,7 +37,7 @@ demo: install  ## the main job: the twin pool on Ray Serve, HTTP load, two polic
 test: install-cpu  ## lint, the rooms' import contracts (.importlinter), the whole test suite (= CI)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q --durations=40
 
 bench: install  ## the twin sweep recorded in docs/twin.md and docs/learning.md
 	$(BIN)/inframind bench --pool constrained --queries 1000 --seed 0 --out docs/bench/default
