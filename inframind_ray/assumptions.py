@@ -122,6 +122,27 @@ family and size; ``inframind pools`` shows them. The default pool's choices and 
 written beside them in pools/default.yaml; every other model's, in pools/catalog.yaml (the models
 random training pools and the held-out pools draw from)."""
 
+CARD_DEPENDENCE = 0.5
+"""How much a model with a card but no recorded answers (``ModelConfig.card``) follows the recorded
+model it re-weights: P(right | recorded wrong) = CARD_DEPENDENCE x its accuracy when it is the
+weaker one, P(wrong | recorded right) = CARD_DEPENDENCE x its error rate when it is the stronger
+one (the other conditional then gives the card's accuracy). Measured on the shipped records: over
+every pair of recorded models, P(weaker right | stronger wrong) / P(weaker right) is 0.52 on
+MMLU-Pro (300 pairs), 0.47 on GSM8K (820), 0.46 on MATH (703); by Bayes the same ratio holds for
+P(stronger wrong | weaker right) / P(stronger wrong). 1 would be independent answers, 0 nested
+ones (every item the weaker model gets right, the stronger gets right too)."""
+
+CARD_OUTCOMES = "recorded model re-weighted to the card"
+"""The twin simulates a model that has a card but no recorded answers by replaying a recorded model
+(the pool entry's ``recorded``, or its stand-in on a family) and re-drawing right/wrong per item,
+seeded per (model, family, item), with the conditionals of ``CARD_DEPENDENCE``, so that its mean
+accuracy on a family is the card's and items hard for the recorded model stay hard for it. An
+MMLU-Pro answer turned right is the right letter, one turned wrong a seeded wrong letter; its other
+wrong answers keep the recorded letters. Code families scale pass@1 by the same rule in
+expectation. Lengths, speed and memory stay the recorded model's and the pool entry's profile:
+the card's output-length priors are reported, not replayed. Families the card did not measure
+replay the recorded answers unchanged."""
+
 # --- multi-agent interaction (what a round does to recorded answers) ---------------------------
 SAMPLE_KEEPS_CORRECT = 0.85
 """Re-sampling diversity. The data hold one recorded answer per (model, item), but a second agent

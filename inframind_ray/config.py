@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -99,6 +100,11 @@ class ModelConfig(BaseModel):
         default_factory=dict,
         description="per task family without records of `recorded`: the recorded model it "
                     "replays there instead (e.g. {gsm8k: Phi-3.5-mini-instruct})")
+    card: str | None = Field(
+        None, description="a model card (OUT/MODEL.yaml of `inframind calibrate`) measured on a "
+        "model that has no recorded answers: the twin replays `recorded` (and its stand-ins) "
+        "thinned or completed to the card's accuracy per task family (assumption "
+        "CARD_OUTCOMES); a relative path is taken from the pool file's folder")
     profile: str = Field(description="measured iteration-time profile key (profiles.json)")
     gpu: str = Field("H100-80GB", description="GPU type of each replica")
     gpus_per_replica: int = Field(1, ge=1, le=16)
@@ -152,14 +158,26 @@ class ModelConfig(BaseModel):
             _known(f"recorded {fam} model", model, data.task_outcomes(fam).keys())
         return v
 
+    @field_validator("card")
+    @classmethod
+    def _readable_card(cls, v: str | None) -> str | None:
+        if v is not None:
+            card_accuracy(v)
+        return v
+
     def recorded_for(self, family: str) -> str | None:
-        """The recorded model whose answers this model replays on a task family: its stand-in
-        there if the pool names one, else its own records, else None."""
+        """The recorded answers this model replays on a task family: its stand-in there if the
+        pool names one, else its own records, else None; with a ``card`` that measured the
+        family, those answers re-weighted to the card (a ``card:`` key, pools/recorded.py)."""
         if family == "mmlu_pro":
-            return self.recorded
-        if family in self.stand_ins:
-            return self.stand_ins[family]
-        return self.recorded if self.recorded in data.task_outcomes(family) else None
+            base = self.recorded
+        elif family in self.stand_ins:
+            base = self.stand_ins[family]
+        else:
+            base = self.recorded if self.recorded in data.task_outcomes(family) else None
+        if base is not None and self.card is not None and family in card_accuracy(self.card):
+            return f"{CARD_KEY}{base}:{self.card}"
+        return base
 
     @field_validator("profile")
     @classmethod
@@ -374,8 +392,47 @@ def _extend(raw: dict, path: Path, seen: tuple[Path, ...]) -> dict:
     return merged
 
 
+CARD_KEY = "card:"
+"""Prefix of a replay key ``card:RECORDED:PATH``: RECORDED's answers re-weighted to a card."""
+
+
+@lru_cache(maxsize=64)
+def card_accuracy(path: str) -> dict[str, float]:
+    """{task family: accuracy} of a model card (``OUT/MODEL.yaml`` of ``inframind calibrate``);
+    ValueError with one line if the file is missing, not a card, or names an unknown family."""
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+        fams = doc["families"]
+        out = {str(f): float(v["accuracy"]) for f, v in fams.items()
+               if v.get("n", 1) and v.get("accuracy") is not None}
+    except FileNotFoundError:
+        raise ValueError(f"no model card file {path}") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        raise ValueError(f"{path} is not a model card (`inframind calibrate` writes one: "
+                         "families.FAMILY.accuracy)") from None
+    for f, a in out.items():
+        if f != "mmlu_pro" and f not in data.TASK_FAMILIES:
+            raise ValueError(f"model card {path}: unknown task family {f!r}")
+        if not 0.0 <= a <= 1.0:
+            raise ValueError(f"model card {path}: accuracy of {f} must be in [0, 1], got {a}")
+    return out
+
+
+def _cards_from(raw: dict, folder: Path) -> dict:
+    """Relative ``card`` paths of a pool file's models, taken from the file's folder."""
+    models = raw.get("models")
+    entries = models if isinstance(models, list) else list((models or {}).values()) \
+        if isinstance(models, dict) else []
+    for m in entries:
+        if isinstance(m, dict) and isinstance(m.get("card"), str) and \
+                not Path(m["card"]).is_absolute():
+            m["card"] = str((folder / m["card"]).resolve())
+    return raw
+
+
 def _read_pool(path: Path, seen: tuple[Path, ...] = ()) -> dict:
-    raw = read_yaml(path, "pool")
+    raw = _cards_from(read_yaml(path, "pool"), path.parent)
     return _extend(raw, path, seen or (path.resolve(),)) if "pool" in raw else raw
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -169,3 +170,61 @@ def test_moa_on_a_pool_larger_than_a_plan():
               for n in graph.nodes if n.kind.value != "aggregator"}
     weakest = min(info.models, key=lambda m: m.expected_accuracy(q)).name
     assert len(chosen) == MAX_AGENTS and weakest not in chosen
+
+
+def test_a_model_with_a_card_and_no_records(tmp_path):
+    """A pool model with a card (``inframind calibrate``'s YAML) and no recorded answers: the
+    twin replays its recorded model re-weighted to the card's accuracy per family (assumption
+    CARD_OUTCOMES), keeps the dependence CARD_DEPENDENCE on that model's answers, leaves the
+    families the card did not measure alone, runs in a bench cell, and a bad card fails at
+    load in one line."""
+    import yaml
+
+    from inframind_ray import assumptions as A
+    from inframind_ray.bench.runner import CellSpec, run_cell
+    from inframind_ray.pools.cards import build_pool_info
+    from inframind_ray.pools.recorded import recorded_model, recorded_task_model
+    from inframind_ray.tasks.workload import WorkloadSpec
+
+    card = {"model": "new-8b", "split": "val", "families": {
+        "mmlu_pro": {"n": 40, "accuracy": 0.30}, "gsm8k": {"n": 40, "accuracy": 0.95},
+        "humaneval": {"n": 20, "accuracy": 0.40}}}
+    (tmp_path / "cards").mkdir()
+    (tmp_path / "cards" / "new-8b.yaml").write_text(yaml.safe_dump(card))
+    entry = {"name": "new-8b", "recorded": "Meta-Llama-3_1-8B-Instruct", "card":
+             "cards/new-8b.yaml", "profile": "llama3-8b@h100x1", "max_num_seqs": 16}
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump({"models": [entry]}))
+    m = load_pool(tmp_path / "pool.yaml").models[0]
+    assert m.card == str((tmp_path / "cards" / "new-8b.yaml").resolve())
+    key = m.recorded_for("mmlu_pro")
+    assert key.startswith("card:Meta-Llama-3_1-8B-Instruct:") and m.recorded_for("math") == \
+        "Meta-Llama-3_1-8B-Instruct"  # the card did not measure MATH: replayed as recorded
+    base, new = recorded_model("Meta-Llama-3_1-8B-Instruct"), recorded_model(key)
+    assert abs(float(new.correct.mean()) - 0.30) < 0.01  # the card's accuracy (12k items)
+    k_w = new.correct[~base.correct].mean() / new.correct.mean()
+    assert abs(k_w - A.CARD_DEPENDENCE) < 0.05  # right where the recorded model is wrong
+    assert (new.pred[new.correct & ~base.correct] != base.pred[new.correct & ~base.correct]).all()
+    g0 = recorded_task_model("gsm8k", "Meta-Llama-3_1-8B-Instruct")
+    g1 = recorded_task_model("gsm8k", m.recorded_for("gsm8k"))
+    assert g1.accuracy > g0.accuracy and abs(g1.accuracy - 0.95) < 0.03
+    h1 = recorded_task_model("humaneval", m.recorded_for("humaneval"))
+    assert abs(h1.accuracy - 0.40) < 0.06
+    info = build_pool_info(load_pool(tmp_path / "pool.yaml"))  # what policies see
+    assert abs(info.models[0].accuracy - 0.30) < 0.02
+    assert abs(info.models[0].tasks["gsm8k"].accuracy - 0.95) < 0.03
+    w = WorkloadSpec(60, 12, "poisson", "test", (60.0, 90.0), 0,
+                     (("mmlu_pro", 0.5), ("gsm8k", 0.5)))
+    res = run_cell(CellSpec(load_pool(tmp_path / "pool.yaml"), "always-strongest", w))
+    assert res.summary["n_queries"] == 12 and res.summary["model_mix"] == {"new-8b": 1.0}
+
+    for text, msg in (("families: {mmlu_pro: {accuracy: 1.5}}", "must be in [0, 1]"),
+                      ("[1, 2]", "is not a model card"), ("families: {chess: {accuracy: 0.5}}",
+                                                          "unknown task family 'chess'")):
+        (tmp_path / "cards" / "bad.yaml").write_text(text)
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump(
+            {"models": [{**entry, "card": "cards/bad.yaml"}]}))
+        from inframind_ray.config import card_accuracy
+        card_accuracy.cache_clear()
+        with pytest.raises(ConfigError, match=re.escape(msg)) as e:
+            load_pool(tmp_path / "bad.yaml")
+        assert "\n" not in str(e.value)

@@ -64,7 +64,7 @@ _OUTCOMES: dict[tuple, OutcomeModel] = {}
 
 def outcome_for(pool: PoolConfig, seed: int) -> OutcomeModel:
     """Outcome model of a pool (cached per process)."""
-    key = (tuple((m.name, m.recorded, tuple(sorted(m.stand_ins.items())))
+    key = (tuple((m.name, m.recorded, tuple(sorted(m.stand_ins.items())), m.card)
                  for m in pool.models), seed)
     if key not in _OUTCOMES:
         _OUTCOMES[key] = OutcomeModel.for_models(pool.models, seed=seed)

@@ -15,7 +15,7 @@ from inframind_ray.pools.recorded import recorded_model, recorded_task_model
 
 def task_cards(m: ModelConfig) -> dict[str, TaskCard]:
     """A card per task family the model has records (or a stand-in) for, MMLU-Pro first."""
-    rec = recorded_model(m.recorded)
+    rec = recorded_model(m.recorded_for("mmlu_pro"))
     budget, budget_expected = rec.length_budget(A.TOKEN_BUDGET_QUANTILE)
     cards = {"mmlu_pro": TaskCard(
         rec.accuracy, dict(rec.accuracy_by_category), dict(rec.max_tokens),

@@ -5,6 +5,7 @@ recorded model name; computed once per process. Train split only (never the test
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -12,9 +13,11 @@ import numpy as np
 
 from inframind_ray import assumptions as A
 from inframind_ray import data
+from inframind_ray.config import CARD_KEY, card_accuracy
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.grading import CODE_FAMILIES
 from inframind_ray.tasks.mmlu_pro import mmlu_pro
+from inframind_ray.tasks.prompts import LETTERS
 
 
 def strategy_tokens(full: np.ndarray | int, s: Strategy) -> np.ndarray | int:
@@ -46,13 +49,94 @@ class RecordedModel:
         return cap, float(np.minimum(full, cap).mean())
 
 
+def _card_key(name: str) -> tuple[str, str] | None:
+    """(recorded model, card path) of a ``card:`` replay key, else None."""
+    if not name.startswith(CARD_KEY):
+        return None
+    base, _, path = name[len(CARD_KEY):].partition(":")
+    return base, path
+
+
+def _draws(key: str, n: int) -> np.ndarray:
+    """Seeded uniform draws per item for a card's re-weighting (independent of everything
+    else the twin draws)."""
+    return np.random.default_rng(zlib.crc32(key.encode())).random(n)
+
+
+def card_conditionals(a: float, target: float) -> tuple[float, float]:
+    """(P(right | recorded right), P(right | recorded wrong)) of a card's model given the
+    recorded model it re-weights, of accuracy ``a``: mean ``target``, with the dependence
+    ``assumptions.CARD_DEPENDENCE`` on the recorded answers (see CARD_OUTCOMES)."""
+    k = A.CARD_DEPENDENCE
+    if a <= 0.0 or a >= 1.0:
+        return target, target
+    if target <= a:  # weaker than its recorded model: rarely right where that one is wrong
+        c_w = k * target
+        return (target - (1.0 - a) * c_w) / a, c_w
+    c_r = 1.0 - k * (1.0 - target)  # stronger: rarely wrong where that one is right
+    return c_r, (target - a * c_r) / (1.0 - a)
+
+
+def reweighted(correct: np.ndarray, target: float, u: np.ndarray) -> np.ndarray:
+    """Right/wrong per item of a card's model: right with ``card_conditionals`` given the
+    recorded answer, by the seeded draws ``u``."""
+    c_r, c_w = card_conditionals(float(correct.mean()) if len(correct) else 0.0, target)
+    return np.where(correct, u < c_r, u < c_w)
+
+
+def _mmlu_answers(name: str) -> dict[str, np.ndarray]:
+    """The per-item arrays a replay key stands for: a recorded model's, or (``card:``) its
+    answers re-weighted to the card's MMLU-Pro accuracy (a wrong answer becomes the right letter,
+    a right one a seeded wrong letter); ValueError if none are shipped."""
+    rec = data.outcomes()
+    base, path = _card_key(name) or (name, None)
+    if base not in rec:
+        raise ValueError(f"no recorded answers for {base!r}")
+    if path is None:
+        return rec[base]
+    r, task = rec[base], mmlu_pro()
+    old = np.asarray(r["correct"], bool)
+    new = reweighted(old, card_accuracy(path)["mmlu_pro"], _draws(f"{name}:mmlu_pro", len(old)))
+    pred = np.array(r["pred"], dtype=object)
+    pred[new & ~old] = task.answers[new & ~old]
+    u = _draws(f"{name}:mmlu_pro:letter", len(old))
+    for i in np.flatnonzero(old & ~new):
+        n = int(task.n_options[i])
+        wrong = [x for x in LETTERS[:n] if x != task.answers[i]]
+        if wrong:
+            pred[i] = wrong[int(u[i] * len(wrong))]
+        else:
+            new[i] = True  # a one-option item cannot be answered wrong
+    return {**r, "pred": pred, "correct": new}
+
+
+def _family_answers(family: str, name: str) -> dict[str, np.ndarray]:
+    """The per-item arrays of a replay key on an item family (``card:``: re-weighted to the
+    card's accuracy there: GSM8K/MATH right/wrong per item, code pass@1 scaled); ValueError if
+    none are shipped."""
+    rec = data.task_outcomes(family)
+    base, path = _card_key(name) or (name, None)
+    if base not in rec:
+        raise ValueError(f"no recorded {family} answers for {base!r}")
+    r = rec[base]
+    if path is None:
+        return r
+    target, seen = card_accuracy(path)[family], np.asarray(r["recorded"], bool)
+    if family in CODE_FAMILIES:
+        p = np.asarray(r["pass_at_1"], float)
+        c_r, c_w = card_conditionals(float(np.nanmean(p[seen])), target)
+        return {**r, "pass_at_1": p * c_r + (1.0 - p) * c_w}  # the same rule, in expectation
+    old = np.asarray(r["correct"], bool)
+    new = old.copy()
+    new[seen] = reweighted(old[seen], target, _draws(f"{name}:{family}", int(seen.sum())))
+    return {**r, "correct": new}
+
+
 @lru_cache(maxsize=64)
 def recorded_model(name: str) -> RecordedModel:
-    """The recorded answers and statistics of one model; ValueError if none are shipped."""
-    rec = data.outcomes()
-    if name not in rec:
-        raise ValueError(f"no recorded answers for {name!r}")
-    r = rec[name]
+    """The recorded answers (or a card's re-weighting of them) and statistics of one replay
+    key; ValueError if none are shipped."""
+    r = _mmlu_answers(name)
     task = mmlu_pro()
     train = task.splits == "train"
     full = np.maximum(8, np.ceil(r["gen_words"] * A.TOKENS_PER_WORD)).astype(int)
@@ -107,11 +191,9 @@ def _train_recorded(family: str) -> np.ndarray:
 
 @lru_cache(maxsize=128)
 def recorded_task_model(family: str, name: str) -> RecordedTaskModel:
-    """The records of one model on an item family; ValueError if none are shipped."""
+    """The records of one replay key on an item family; ValueError if none are shipped."""
     rec = data.task_outcomes(family)
-    if name not in rec:
-        raise ValueError(f"no recorded {family} answers for {name!r}")
-    r = rec[name]
+    r = _family_answers(family, name)
     train = _train_recorded(family)
     if family in CODE_FAMILIES:
         p = np.asarray(r["pass_at_1"], float)
