@@ -264,6 +264,11 @@ def overload(args: argparse.Namespace) -> dict:
             asyncio.run(load.run())
         time.sleep(10.0)  # after: queues drained, the load gone
         after = sampler.sample()
+        if args.out:  # every request (send time, status, client latency) for the plots
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.with_suffix(".records.json").write_text(json.dumps(
+                [{k: x.get(k) for k in ("sent_s", "status", "client_s", "budget_s",
+                                         "within_budget")} for x in load.records]))
         return {"measurement": "overload", "policy": args.load_policy or "default",
                 "max_inflight_queries": cfg.serving.max_inflight_queries,
                 "rate_per_min": rate, "factor": args.factor,
