@@ -324,10 +324,10 @@ def _post_raw(session, path: str, body: dict) -> tuple[int, bytes, object]:
 
 
 def test_overload_gets_429_or_503_with_retry_after(session):
-    """Past max_inflight_queries in the ingress (queries and chats alike, one bound): 429 from
-    Serve's proxy at once (its backpressure, a plain-text reason); a full replica queue: 503
-    with a JSON reason; all with Retry-After. Then the service serves again, and the ingress
-    gate counts nothing in flight."""
+    """Past max_inflight_queries in the ingress and ingress_max_queued in the proxy (queries
+    and chats alike, one bound): 429 from Serve's proxy at once (its backpressure, a
+    plain-text reason); a full replica queue: 503 with a JSON reason; all with Retry-After.
+    Then the service serves again, and the ingress gate counts nothing in flight."""
     wait_idle(session)
 
     def one(i):
@@ -338,8 +338,8 @@ def test_overload_gets_429_or_503_with_retry_after(session):
         return _post_raw(session, "/v1/queries", {
             "query": f"long question {i}", "budget_s": 60, "policy": "always-strongest"})
 
-    with ThreadPoolExecutor(16) as ex:
-        results = list(ex.map(one, range(16)))
+    with ThreadPoolExecutor(40) as ex:  # past 8 in the ingress + 16 queued in the proxy
+        results = list(ex.map(one, range(40)))
     codes = [c for c, _, _ in results]
     assert 429 in codes and 503 in codes and 200 in codes, codes
     for c, raw, headers in results:
