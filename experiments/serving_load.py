@@ -60,9 +60,10 @@ def pool_cfg(args: argparse.Namespace, replicas: dict[str, int] | None = None) -
     models = [m.model_copy(update={"replicas": (replicas or {}).get(m.name, m.replicas)})
               for m in cfg.models]
     rec = tempfile.mkdtemp(prefix="inframind-load-records-")
+    extra = {} if args.max_inflight is None else {"max_inflight_queries": args.max_inflight}
     return cfg.model_copy(update={"models": models, "serving": cfg.serving.model_copy(update={
         "port": args.port, "records_dir": rec, "embed": False,
-        "metrics_export_port": None})})
+        "metrics_export_port": None, **extra})})
 
 
 def start(cfg: PoolConfig):  # noqa: ANN201 - serving.app.Session
@@ -105,7 +106,11 @@ class Load:
                "error": "no answer before the run ended (lost)"}
         try:
             async with session.post(f"{self.url}/v1/queries", json=body) as r:
-                data = await r.json(content_type=None)
+                raw = await r.text()
+                try:
+                    data = json.loads(raw)
+                except ValueError:  # Serve's own refusals (backpressure) are plain text
+                    data = {"error": raw.strip()[:200]}
                 rec = {"i": i, "sent_s": sent - self.t0, "budget_s": body["budget_s"],
                        "status": r.status, "client_s": time.monotonic() - sent,
                        "retry_after": r.headers.get("Retry-After"),
@@ -143,6 +148,8 @@ class Load:
         ok = [x for x in r if x["status"] == 200]
         refused = [x for x in r if x["status"] in (429, 503)]
         lat = [x["client_s"] for x in refused]
+        done = sorted(x["sent_s"] + x["client_s"] for x in ok)
+        ok_lat = [x["client_s"] for x in ok]
         codes: dict[str, int] = {}
         for x in r:
             codes[str(x["status"])] = codes.get(str(x["status"]), 0) + 1
@@ -154,12 +161,18 @@ class Load:
                                            / max(1, len(r)), 4),
             "admitted_slo_attainment": round(sum(x["within_budget"] for x in ok)
                                              / max(1, len(ok)), 4),
+            "admitted_within_budget_client": round(sum(x["client_s"] <= x["budget_s"]
+                                                       for x in ok) / max(1, len(ok)), 4),
             "goodput": round(sum(x["within_budget"] and x["correct"] for x in ok)
                              / max(1, len(r)), 4),
             "refused": len(refused),
             "refused_with_retry_after": sum(bool(x["retry_after"]) for x in refused),
             "refusal_p50_ms": round(1e3 * float(np.percentile(lat, 50)), 1) if lat else None,
             "refusal_p99_ms": round(1e3 * float(np.percentile(lat, 99)), 1) if lat else None,
+            "answered_per_s": (round((len(done) - 1) / (done[-1] - done[0]), 2)
+                               if len(done) > 1 and done[-1] > done[0] else None),
+            "admitted_p50_s": round(float(np.percentile(ok_lat, 50)), 2) if ok_lat else None,
+            "admitted_p99_s": round(float(np.percentile(ok_lat, 99)), 2) if ok_lat else None,
             "refusal_reasons": sorted({re.sub(r"[0-9][0-9.e+]*", "#", str(x["error"]))
                                        for x in refused}),
         }
@@ -251,7 +264,13 @@ def overload(args: argparse.Namespace) -> dict:
             asyncio.run(load.run())
         time.sleep(10.0)  # after: queues drained, the load gone
         after = sampler.sample()
+        if args.out:  # every request (send time, status, client latency) for the plots
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.with_suffix(".records.json").write_text(json.dumps(
+                [{k: x.get(k) for k in ("sent_s", "status", "client_s", "budget_s",
+                                         "within_budget")} for x in load.records]))
         return {"measurement": "overload", "policy": args.load_policy or "default",
+                "max_inflight_queries": cfg.serving.max_inflight_queries,
                 "rate_per_min": rate, "factor": args.factor,
                 "capacity_per_min": args.capacity, "duration_s": args.duration,
                 "load": load.summary(), "rss": sampler.report(before, after)}
@@ -550,6 +569,8 @@ def main() -> None:
                     help="overload / kill-*: the policy queries ask for (default: the pool's)")
     ap.add_argument("--rates", type=float, nargs="+", default=(362.0, 724.0))
     ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--max-inflight", type=int, default=None,
+                    help="serving.max_inflight_queries (default: the pool's)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     fn = {"overload": overload, "kill-replicas": kill_replicas,

@@ -232,7 +232,16 @@ class ServingConfig(BaseModel):
         "an empty one is seeded with policy_checkpoint (or the shipped policy)")
     rollouts: RolloutConfig = RolloutConfig()
     max_body_bytes: int = Field(65_536, gt=0)
-    max_inflight_queries: int = Field(1024, gt=0)
+    max_inflight_queries: int = Field(
+        1024, gt=0, description="queries in the ingress at once: Serve's max_ongoing_requests "
+        "of the ingress deployment, and the ingress gate's 429 bound")
+    ingress_max_queued: int = Field(
+        16, gt=0, description="requests the HTTP proxy holds for a full ingress (Serve's "
+        "max_queued_requests, which also counts requests being routed); past it Serve answers "
+        "429 with Retry-After at once")
+    standby_orchestrator: bool = Field(
+        True, description="run a warm standby orchestrator that the ingress switches to when "
+        "the active one dies")
     max_budget_s: float = Field(3600.0, gt=0)
     orchestrator_num_cpus: float = Field(0.5, ge=0)
     metrics_export_port: int | None = Field(

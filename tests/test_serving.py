@@ -313,24 +313,63 @@ def test_calibrate_writes_a_served_models_card(session, tmp_path):
         asyncio.run(run_calibration(session.url, CalibrationSpec("nope", ("gsm8k",), 1)))
 
 
+def _post_raw(session, path: str, body: dict) -> tuple[int, bytes, object]:
+    req = urllib.request.Request(session.url + path, data=json.dumps(body).encode(),
+                                 method="POST", headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.read(), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers
+
+
 def test_overload_gets_429_or_503_with_retry_after(session):
-    """Past max_inflight_queries: 429; a full replica queue: 503; both with Retry-After. Then
-    the service serves again."""
+    """Past max_inflight_queries in the ingress and ingress_max_queued in the proxy (queries
+    and chats alike, one bound): 429 from Serve's proxy at once (its backpressure, a
+    plain-text reason); a full replica queue: 503 with a JSON reason; all with Retry-After.
+    Then the service serves again, and the ingress gate counts nothing in flight."""
     wait_idle(session)
 
     def one(i):
-        return http(session, "POST", "/v1/queries", {
+        if i % 2:
+            return _post_raw(session, "/v1/chat/completions", {
+                "messages": [{"role": "user", "content": f"long question {i}"}],
+                "budget_s": 60, "policy": "always-strongest"})
+        return _post_raw(session, "/v1/queries", {
             "query": f"long question {i}", "budget_s": 60, "policy": "always-strongest"})
 
-    with ThreadPoolExecutor(16) as ex:
-        results = list(ex.map(one, range(16)))
+    with ThreadPoolExecutor(40) as ex:  # past 8 in the ingress + 16 queued in the proxy
+        results = list(ex.map(one, range(40)))
     codes = [c for c, _, _ in results]
-    assert 429 in codes and 503 in codes and 200 in codes
-    for c, out, headers in results:
+    assert 429 in codes and 503 in codes and 200 in codes, codes
+    for c, raw, headers in results:
         if c in (429, 503):
-            assert headers.get("Retry-After") == "1" and out["error"]
+            assert headers.get("Retry-After") == "1", (c, raw)
+        if c == 429:
+            assert b"backpressure" in raw or b"too many" in raw, raw
+        if c == 503:
+            assert json.loads(raw)["error"], raw
     wait_idle(session)
     assert http(session, "POST", "/v1/queries", {"item_id": 71, "budget_s": 60})[0] == 200
+    assert http(session, "GET", "/v1/state")[1]["ingress_inflight"] == 0
+
+
+def test_chat_is_admitted_by_the_ingress_gate(session):
+    """A chat completion is a query in flight at the ingress gate while it streams (the same
+    rule and bound as /v1/queries), and leaves it when answered."""
+    wait_idle(session)
+    req = urllib.request.Request(session.url + "/v1/chat/completions", method="POST",
+                                 headers={"content-type": "application/json"},
+                                 data=json.dumps({"messages": [{"role": "user", "content": "q"}],
+                                                  "budget_s": 60, "stream": True,
+                                                  "policy": "always-strongest"}).encode())
+    with urllib.request.urlopen(req, timeout=120) as r:
+        first = r.readline()
+        assert first.startswith(b"data: ")
+        assert http(session, "GET", "/v1/state")[1]["ingress_inflight"] == 1
+        rest = r.read()
+    assert rest.rstrip().endswith(b"data: [DONE]")
+    assert http(session, "GET", "/v1/state")[1]["ingress_inflight"] == 0
 
 
 def test_records_written_as_parquet(session):

@@ -124,9 +124,10 @@ def test_killed_replica_is_dropped_and_its_replacement_seen(session):
 
 def test_killed_orchestrator_restarts_and_inflight_queries_fail_explicitly(session):
     """The orchestrator killed under load: every in-flight query ends with an answer or an
-    explicit retryable 503 (none hangs), Ray restarts the actor, and the service answers new
-    queries again (bounded at 30 s; the production issue's target is 10 s, measured 9.5-13.4 s
-    here: docs/operations.md) with its load view rebuilt from the replicas' pushes."""
+    explicit retryable 503 (none hangs); the ingress switches to the warm standby, so new
+    queries are answered within the production issue's 10 s (13 s here before the standby,
+    docs/operations.md); Ray restarts the killed actor, whose load view is rebuilt from the
+    replicas' pushes."""
     from concurrent.futures import ThreadPoolExecutor
 
     def ask(i: int) -> int:
@@ -150,7 +151,7 @@ def test_killed_orchestrator_restarts_and_inflight_queries_fail_explicitly(sessi
         codes = [f.result(timeout=120) for f in futs]  # none hangs
     assert set(codes) <= {200, 503} and 503 in codes, codes
     answered = None
-    while time.time() - killed < 30:
+    while time.time() - killed < 30:  # bounded; asserted below
         try:
             _post(session, {"item_id": 300, "budget_s": 30})
             answered = time.time() - killed
@@ -159,6 +160,19 @@ def test_killed_orchestrator_restarts_and_inflight_queries_fail_explicitly(sessi
             time.sleep(0.2)
     print(f"\norchestrator killed: {codes.count(503)} of {len(codes)} in-flight queries got 503, "
           f"a new query answered {answered} s after the kill")
-    assert answered is not None and answered < 30.0, answered
-    st = ray.get(session.orchestrator.state.remote())
-    assert all(m["age_s"] is not None and m["age_s"] < 2.0 for m in st["models"].values()), st
+    assert answered is not None and answered < 10.0, answered
+    req = urllib.request.Request(session.url + "/v1/state")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert json.loads(r.read())["failovers"] >= 1
+    end, st = time.time() + 60, {"models": {"(no answer from the restarted actor)": {}}}
+    while time.time() < end:  # the restarted one (now the standby) hears the replicas again
+        try:
+            st = ray.get(session.orchestrator.state.remote(), timeout=60)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            time.sleep(0.5)  # still restarting
+            continue
+        if all(m["age_s"] is not None and m["age_s"] < 2.0 for m in st["models"].values()):
+            break
+        time.sleep(0.5)
+    assert all(m.get("age_s") is not None and m["age_s"] < 2.0
+               for m in st["models"].values()), st

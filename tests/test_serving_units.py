@@ -281,6 +281,49 @@ def test_ingress_gate_refuses_by_the_control_planes_delay():
                                  "retry_after": 1}
 
 
+def test_ingress_is_bounded_by_serve_and_fails_over_to_the_standby():
+    """Serve itself bounds the ingress (``max_ongoing_requests`` = ``max_inflight_queries``,
+    ``ingress_max_queued`` in the proxy, past it 429 with Retry-After: 1 from the proxy). A
+    call that fails because the active orchestrator died is a retryable 503 and makes the
+    standby active; a second failure from the same dead one does not switch back."""
+    import ray
+
+    from inframind_ray.config import load_pool
+    from inframind_ray.serving.api import _call, make_ingress
+    from inframind_ray.serving.failover import Orchestrators
+
+    cfg = load_pool(Path(__file__).parent / "pools" / "serve_test.yaml")
+    dep = make_ingress(cfg)
+    assert dep.max_ongoing_requests == cfg.serving.max_inflight_queries == 8
+    assert dep.max_queued_requests == cfg.serving.ingress_max_queued
+    assert (dep.backpressure_config.status_code, dep.backpressure_config.retry_after_s) == (429, 1)
+
+    class Handle:
+        def __init__(self, dead: bool) -> None:
+            self.dead, self.calls = dead, 0
+            self.query = self
+
+        def remote(self, payload: dict):  # noqa: ANN202
+            self.calls += 1
+
+            async def answer() -> dict:
+                if self.dead:
+                    raise ray.exceptions.RayActorError()
+                return {"http_status": 200, "echo": payload}
+            return answer()
+
+    active, standby = Handle(dead=True), Handle(dead=False)
+    orchs = Orchestrators([active, standby])
+    lost = asyncio.run(_call(orchs, "query", {"i": 1}))
+    assert lost["http_status"] == 503 and lost["retry_after"] == 2 and "retry" in lost["error"]
+    assert orchs.active == 1 and orchs.failovers == 1
+    assert asyncio.run(_call(orchs, "query", {"i": 2})) == {"http_status": 200, "echo": {"i": 2}}
+    orchs.failed(0)  # a late failure of the dead one's in-flight call
+    assert orchs.active == 1 and (active.calls, standby.calls) == (1, 1)
+    alone = Orchestrators([active])
+    assert asyncio.run(_call(alone, "query", {}))["http_status"] == 503 and alone.active == 0
+
+
 def test_replica_latency_ewmas_count_the_queue_wait():
     """The replica reports TTFT and end-to-end latency from arrival at the replica, its EDF
     queue's wait included (as the twin's engine measures them), not from engine admission."""

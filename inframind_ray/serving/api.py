@@ -6,6 +6,7 @@ No ``from __future__ import annotations`` here: FastAPI must see the real body c
 Serve's method wrappers.
 """
 
+import asyncio
 import hmac
 import os
 from typing import Annotated, Literal
@@ -24,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 from ray import serve
+from ray.serve.config import BackpressureConfig
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inframind_ray.config import PoolConfig
@@ -37,9 +39,9 @@ from inframind_ray.serving.chat import (
     conversation,
     stream,
 )
+from inframind_ray.serving.failover import Orchestrators
 from inframind_ray.serving.gate import IngressGate
 from inframind_ray.serving.metrics import shed_counter
-from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR
 from inframind_ray.tasks.registry import CODE_FAMILIES, FAMILIES
 
 Task = Literal[(*FAMILIES, "free")]  # a benchmark family, or free text
@@ -243,7 +245,7 @@ def _policy_names(cfg: PoolConfig) -> list[str]:
 
 
 def build_fastapi(cfg: PoolConfig) -> FastAPI:
-    """The FastAPI app (routes call ``self.orchestrator`` set by the Serve ingress class). Its
+    """The FastAPI app (routes call the orchestrators set by the Serve ingress class). Its
     OpenAPI document carries the pool's settings that the service enforces: the budget's
     maximum and the policy names."""
     app = FastAPI(title="inframind_ray", version="0.1.0")
@@ -293,12 +295,15 @@ def build_fastapi(cfg: PoolConfig) -> FastAPI:
     return app
 
 
-async def _call(ref) -> dict:  # noqa: ANN001 - a Ray ObjectRef
-    """Await the orchestrator. Its death or restart mid-query is a retryable 503 (the query was
-    lost with it; Ray restarts the actor); any other failure a JSON 500 with one line."""
+async def _call(orchs: Orchestrators, method: str, *args: object) -> dict:
+    """Call the active orchestrator. Its death or restart mid-query is a retryable 503 (the
+    query was lost with it; Ray restarts the actor) and makes the standby active for the next
+    queries; any other failure a JSON 500 with one line."""
+    i, ref = orchs.submit(method, *args)
     try:
         return await ref
     except ray.exceptions.RayActorError:  # died, restarting or unreachable
+        orchs.failed(i)
         return {"http_status": 503, "retry_after": 2,
                 "error": "the orchestrator restarted; this query did not complete: retry it"}
     except Exception as e:  # noqa: BLE001 - reported to the client and in the replica log
@@ -314,76 +319,99 @@ def _reply(out: dict, openai: bool = False) -> JSONResponse:
     return JSONResponse(out, status_code=status)
 
 
+def ingress_options(cfg: PoolConfig) -> dict:
+    """The ingress deployment's Serve options: Serve itself bounds the requests in the ingress
+    replica at ``max_inflight_queries`` and queues at most ``ingress_max_queued`` more in the
+    HTTP proxy; past that the proxy answers 429 with ``Retry-After: 1`` at once (Serve's
+    ``max_queued_requests`` backpressure), without a hop to a busy ingress replica."""
+    s = cfg.serving
+    return {"max_ongoing_requests": s.max_inflight_queries,
+            "max_queued_requests": s.ingress_max_queued,
+            "backpressure_config": BackpressureConfig(status_code=429, retry_after_s=1),
+            "ray_actor_options": {"num_cpus": 0.1}}
+
+
 def make_ingress(cfg: PoolConfig):  # noqa: ANN201
     """The Serve ingress deployment class bound to this config's FastAPI app."""
     app = build_fastapi(cfg)
     max_budget = cfg.serving.max_budget_s
 
-    @serve.deployment(max_ongoing_requests=2048, ray_actor_options={"num_cpus": 0.1})
+    @serve.deployment(**ingress_options(cfg))
     @serve.ingress(app)
     class Api:
         def __init__(self) -> None:
-            self.orchestrator = ray.get_actor(ORCHESTRATOR, namespace=NAMESPACE)
+            self.orch = Orchestrators.lookup(cfg.serving.standby_orchestrator)
             self.gate = IngressGate(cfg.engine.admission_margin,
                                     cfg.serving.max_inflight_queries)
             self.shed = shed_counter()
+
+        def _refused(self, budget_s: float) -> dict | None:
+            """The ingress gate (the one admission rule, ``serving/gate.py``): its 429 / 503
+            answer, counted as shed, or None to admit."""
+            refusal = self.gate.refusal(budget_s)
+            if refusal is not None:
+                self.shed.inc(tags={"reason": "ingress_saturated" if refusal["http_status"] == 503
+                                    else "max_inflight_queries"})
+            return refusal
+
+        async def _query(self, payload: dict) -> dict:
+            """An admitted query at the active orchestrator, counted in flight at the gate
+            until it is answered, failed or abandoned."""
+            started, out = self.gate.enter(), {}
+            try:
+                out = await _call(self.orch, "query", payload)
+                return out
+            finally:
+                self.gate.leave(started, out)
 
         @app.get("/healthz")
         async def healthz(self) -> dict:
             return {"status": "ok"}
 
         @app.get("/v1/state", responses=_errors(401))
-        async def state(self) -> dict:
-            return await self.orchestrator.state.remote()
+        async def state(self) -> JSONResponse:
+            out = await _call(self.orch, "state")
+            if out.get("http_status", 200) < 400:
+                out |= {"failovers": self.orch.failovers, "ingress_inflight": self.gate.inflight}
+            return _reply(out)
 
         @app.post("/v1/queries", responses=_errors(400, 401, 404, 413, 422, 429, 503))
         async def queries(self, body: QueryRequest) -> JSONResponse:
             if body.budget_s > max_budget:
                 return _error(422, f"budget_s: must be <= {max_budget:g} s")
-            refusal = self.gate.refusal(body.budget_s)
-            if refusal is not None:
-                self.shed.inc(tags={"reason": "ingress_saturated" if refusal["http_status"] == 503
-                                    else "max_inflight_queries"})
-                return _reply(refusal)
-            started, out = self.gate.enter(), {}
-            try:
-                out = await _call(self.orchestrator.query.remote(body.model_dump()))
-            finally:
-                self.gate.leave(started, out)
-            return _reply(out)
+            refusal = self._refused(body.budget_s)
+            return _reply(refusal or await self._query(body.model_dump()))
 
         @app.post("/v1/feedback", responses=_errors(401, 404, 413, 422))
         async def feedback(self, body: FeedbackRequest) -> JSONResponse:
-            return _reply(await _call(self.orchestrator.feedback.remote(body.query_id,
-                                                                         body.score)))
+            return _reply(await _call(self.orch, "feedback", body.query_id, body.score))
 
         @app.get("/v1/policies", responses=_errors(401))
         async def policies(self) -> JSONResponse:
-            return _reply(await _call(self.orchestrator.policies_list.remote()))
+            return _reply(await _call(self.orch, "policies_list"))
 
         @app.post("/v1/policies/promote", responses=_errors(401, 404, 409, 422))
         async def promote(self, body: PolicyVersionRequest) -> JSONResponse:
             if body.version is None:
                 return _error(422, "version: required")
-            return _reply(await _call(self.orchestrator.policy_op.remote("promote",
-                                                                          body.version)))
+            return _reply(await _call(self.orch, "policy_op", "promote", body.version))
 
         @app.post("/v1/policies/rollback", responses=_errors(401, 409))
         async def rollback(self) -> JSONResponse:
-            return _reply(await _call(self.orchestrator.policy_op.remote("rollback")))
+            return _reply(await _call(self.orch, "policy_op", "rollback"))
 
         @app.post("/v1/policies/pin", responses=_errors(401, 404, 409, 422))
         async def pin(self, body: PolicyVersionRequest = PolicyVersionRequest()  # noqa: B008
                       ) -> JSONResponse:
-            return _reply(await _call(self.orchestrator.policy_op.remote("pin", body.version)))
+            return _reply(await _call(self.orch, "policy_op", "pin", body.version))
 
         @app.post("/v1/policies/unpin", responses=_errors(401))
         async def unpin(self) -> JSONResponse:
-            return _reply(await _call(self.orchestrator.policy_op.remote("unpin")))
+            return _reply(await _call(self.orch, "policy_op", "unpin"))
 
         @app.post("/v1/grade", responses=_errors(400, 401, 404, 413, 422))
         async def grade(self, body: GradeRequest) -> JSONResponse:
-            return _reply(await _call(self.orchestrator.grade.remote(body.model_dump())))
+            return _reply(await _call(self.orch, "grade", body.model_dump()))
 
         @app.post(CHAT_PATH, responses=_errors(400, 401, 404, 413, 422, 429, 503))
         async def chat(self, body: ChatRequest) -> JSONResponse:
@@ -400,7 +428,10 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
             except (ValueError, ValidationError) as e:
                 msg = e.errors()[0]["msg"] if isinstance(e, ValidationError) else str(e)
                 return _error(422, str(msg).removeprefix("Value error, "), openai=True)
-            answer = _call(self.orchestrator.query.remote(payload.model_dump()))
+            refusal = self._refused(body.budget_s)  # as /v1/queries, before any stream
+            if refusal is not None:
+                return _reply(refusal, openai=True)
+            answer = asyncio.ensure_future(self._query(payload.model_dump()))
             if body.stream:
                 usage = bool(body.stream_options and body.stream_options.include_usage)
                 return StreamingResponse(stream(answer, usage), media_type="text/event-stream",
@@ -411,4 +442,3 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
             return JSONResponse(completion(out))
 
     return Api
-

@@ -14,6 +14,7 @@ from ray.serve.api import RunTarget
 
 from inframind_ray.config import ModelConfig, PoolConfig
 from inframind_ray.serving.api import make_ingress
+from inframind_ray.serving.failover import STANDBY
 from inframind_ray.serving.orchestrator import APP_NAME, Orchestrator
 from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR, ModelReplica, deployment_name
 from inframind_ray.serving.router import router_config
@@ -28,6 +29,12 @@ class Session:
     orchestrator: ray.actor.ActorHandle
     url: str
     started_ray: bool
+    standby: ray.actor.ActorHandle | None = None
+
+    @property
+    def orchestrators(self) -> list[ray.actor.ActorHandle]:
+        """The orchestrator and its warm standby (when it runs)."""
+        return [self.orchestrator, *([self.standby] if self.standby is not None else [])]
 
     def add_model(self, model: ModelConfig, wait_s: float = 300.0) -> None:
         """Deploy one more model and, once its replicas run and report, put it in the
@@ -36,7 +43,7 @@ class Session:
             raise ValueError(f"model {model.name!r} is already in the pool")
         cfg = self.cfg.model_copy(update={"models": [*self.cfg.models, model]})
         serve.run_many([_model_target(model, cfg)])
-        ray.get(self.orchestrator.set_pool.remote(cfg.model_dump()))
+        ray.get([o.set_pool.remote(cfg.model_dump()) for o in self.orchestrators])
         self.cfg = cfg
         _wait_reports(self.orchestrator, wait_s)
 
@@ -49,7 +56,7 @@ class Session:
         if not left:
             raise ValueError("cannot remove the pool's last model")
         cfg = self.cfg.model_copy(update={"models": left})
-        ray.get(self.orchestrator.set_pool.remote(cfg.model_dump()))
+        ray.get([o.set_pool.remote(cfg.model_dump()) for o in self.orchestrators])
         self.cfg = cfg
         handle = serve.get_deployment_handle(deployment_name(name), deployment_name(name))
         end = time.time() + drain_s
@@ -63,11 +70,12 @@ class Session:
     def stop(self) -> None:
         """Flush records, delete the apps and the orchestrator; shut Ray down if we started it."""
         with contextlib.suppress(Exception):  # best effort on the way out
-            ray.get(self.orchestrator.flush_records.remote(), timeout=30)
+            ray.get([o.flush_records.remote() for o in self.orchestrators], timeout=30)
         serve.delete(APP_NAME)
         for m in self.cfg.models:
             serve.delete(deployment_name(m.name))
-        ray.kill(self.orchestrator)
+        for o in self.orchestrators:
+            ray.kill(o)
         if self.started_ray:
             serve.shutdown()
             ray.shutdown()
@@ -94,16 +102,22 @@ def start(cfg: PoolConfig, *, address: str | None = None, wait_s: float = 300.0)
     started = init_ray(address, metrics_export_port=cfg.serving.metrics_export_port)
     s = cfg.serving
     orch = orchestrator_actor(cfg, detached=False)
+    standby = (orchestrator_actor(cfg, detached=False, name=STANDBY)
+               if s.standby_orchestrator else None)
     serve.start(http_options={"host": s.host, "port": s.port}, proxy_location=s.proxy_location)
     serve.run_many([*(_model_target(m, cfg) for m in cfg.models),
                     RunTarget(make_ingress(cfg).bind(), name=APP_NAME, route_prefix="/")])
-    ray.get(orch.ready.remote(), timeout=wait_s)
-    _wait_reports(orch, wait_s)
-    return Session(cfg, orch, f"http://{s.host}:{s.port}", started)
+    ray.get([o.ready.remote() for o in (orch, standby) if o is not None], timeout=wait_s)
+    for o in (orch, standby):
+        if o is not None:
+            _wait_reports(o, wait_s)
+    return Session(cfg, orch, f"http://{s.host}:{s.port}", started, standby)
 
 
-def orchestrator_actor(cfg: PoolConfig, detached: bool) -> ray.actor.ActorHandle:
-    """The named orchestrator actor, created if it does not exist (``detached``: it outlives the
+def orchestrator_actor(cfg: PoolConfig, detached: bool,
+                       name: str = ORCHESTRATOR) -> ray.actor.ActorHandle:
+    """The named orchestrator actor (``name``: the active one's, or the standby's,
+    ``serving/failover.py``), created if it does not exist (``detached``: it outlives the
     process that creates it, as under ``serve deploy``).
 
     Ray restarts it when it dies (``serving.orchestrator_max_restarts``); it rebuilds its load
@@ -113,7 +127,7 @@ def orchestrator_actor(cfg: PoolConfig, detached: bool) -> ray.actor.ActorHandle
     can take a prestarted worker."""
     s = cfg.serving
     return ray.remote(Orchestrator).options(
-        name=ORCHESTRATOR, namespace=NAMESPACE, get_if_exists=detached, max_concurrency=10_000,
+        name=name, namespace=NAMESPACE, get_if_exists=detached, max_concurrency=10_000,
         num_cpus=s.orchestrator_num_cpus, lifetime="detached" if detached else None,
         max_restarts=s.orchestrator_max_restarts, max_task_retries=0,
     ).remote(cfg.model_dump(mode="json"), otel=os.environ.get("INFRAMIND_OTEL"))

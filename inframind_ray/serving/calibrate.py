@@ -15,7 +15,7 @@ import aiohttp
 import numpy as np
 
 from inframind_ray.errors import ConfigError
-from inframind_ray.serving.loadgen import require_loopback
+from inframind_ray.serving.loadgen import json_or_error, require_loopback
 from inframind_ray.tasks.registry import FAMILIES, family
 
 MAX_PER_FAMILY = 500
@@ -111,7 +111,7 @@ async def run_calibration(url: str, spec: CalibrationSpec, api_key: str | None =
         async with sem:
             try:
                 async with session.post(f"{url}/v1/queries", json=body) as r:
-                    data = await r.json(content_type=None)
+                    data = await json_or_error(r)
                     rec["http_status"] = r.status
                     if r.status == 200:
                         rec.update(status=data["status"], correct=bool(data["correct"]),

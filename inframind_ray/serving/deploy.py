@@ -5,7 +5,8 @@ The generated file has one application per model (``model:<name>``, no HTTP rout
 ingress application (``inframind``, route ``/``). Each application's ``args`` carry the whole
 validated pool, so the file is self-contained; its ``deployments`` section repeats the settings
 an operator edits (replicas, Ray resources) where Serve's own tooling expects them. The
-ingress builder creates the orchestrator as a detached named actor when none runs.
+ingress builder creates the orchestrator (and its warm standby) as detached named actors when
+none runs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ray.serve import Application
 from inframind_ray.config import PoolConfig
 from inframind_ray.serving.api import make_ingress
 from inframind_ray.serving.app import model_deployment, orchestrator_actor
+from inframind_ray.serving.failover import STANDBY
 from inframind_ray.serving.orchestrator import APP_NAME
 from inframind_ray.serving.replica import deployment_name
 
@@ -43,6 +45,8 @@ def ingress_app(args: dict[str, Any]) -> Application:
     """Builder of the HTTP ingress; starts the orchestrator (detached) if none runs."""
     cfg = _pool(args)
     orchestrator_actor(cfg, detached=True)
+    if cfg.serving.standby_orchestrator:
+        orchestrator_actor(cfg, detached=True, name=STANDBY)
     return make_ingress(cfg).bind()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import socket
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,17 @@ from inframind_ray.errors import ConfigError
 from inframind_ray.tasks.workload import MMLU_ONLY, WorkloadSpec, budgets, sample_task_items
 
 MAX_QUERIES = 20_000
+
+
+async def json_or_error(r: aiohttp.ClientResponse) -> dict:
+    """The reply's JSON body, or ``{"error": text}`` for a plain-text one (Serve's own
+    refusals: its proxy's 429 past the ingress bound)."""
+    raw = await r.text()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {"error": raw.strip()[:300]}
+    return data if isinstance(data, dict) else {"error": str(data)[:300]}
 
 
 def require_loopback(url: str) -> None:
@@ -138,7 +150,7 @@ async def run_load(url: str, spec: LoadSpec, api_key: str | None = None) -> Load
                      "error": "no answer before the load run ended"}
         try:
             async with session.post(f"{url}/v1/queries", json=body) as r:
-                data = await r.json(content_type=None)
+                data = await json_or_error(r)
                 rec = {"http_status": r.status, "task": task, "item_id": item,
                        "budget_s": buds[i], "client_latency_s": time.monotonic() - sent}
                 if r.status == 200:

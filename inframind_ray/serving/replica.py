@@ -26,7 +26,13 @@ from inframind_ray.serving.tracing import Tracing, extract
 
 NAMESPACE = "inframind"
 ORCHESTRATOR = "inframind-orchestrator"
+STANDBY = f"{ORCHESTRATOR}-standby"  # the warm standby (serving/failover.py)
 log = logging.getLogger("ray.serve")
+
+
+def orchestrator_names(standby: bool) -> tuple[str, ...]:
+    """The named orchestrator actors of a deployment (``serving.standby_orchestrator``)."""
+    return (ORCHESTRATOR, STANDBY) if standby else (ORCHESTRATOR,)
 
 
 def deployment_name(model: str) -> str:
@@ -66,7 +72,8 @@ class ModelReplica:
         self.replica_id = ctx.replica_tag
         self.node_id = ray.get_runtime_context().get_node_id()
         self.push_enabled = True
-        self._orchestrator = None
+        self._orchestrator_names = orchestrator_names(self.pool.serving.standby_orchestrator)
+        self._orchestrators: dict[str, Any] = {}
         self.metrics = ReplicaMetrics(self.model.name)
         self.tracing = Tracing(service=f"inframind-replica-{self.model.name}")
         self._pusher = asyncio.get_running_loop().create_task(self._push_loop())
@@ -125,14 +132,20 @@ class ModelReplica:
                 for k, v in (("waiting", snap.waiting), ("running", snap.running),
                              ("kv_usage", snap.kv_usage), ("e2e_ewma_s", snap.e2e_s)):
                     self.metrics.gauges[k].set(v)
-                if self._orchestrator is None:
-                    self._orchestrator = ray.get_actor(ORCHESTRATOR, namespace=NAMESPACE)
-                self._orchestrator.push_metrics.remote(snap)
-            except ValueError:
-                self._orchestrator = None  # orchestrator not up (yet): try again next period
+                self._push(snap)
             except Exception as e:  # never let the metrics loop die
                 log.warning("metrics push failed: %s", e)
-                self._orchestrator = None
+
+    def _push(self, snap: LoadSnapshot) -> None:
+        """Push to every orchestrator (the active one and the warm standby) that runs; one not
+        up (yet) is looked up again at the next period."""
+        for name in self._orchestrator_names:
+            try:
+                if name not in self._orchestrators:
+                    self._orchestrators[name] = ray.get_actor(name, namespace=NAMESPACE)
+                self._orchestrators[name].push_metrics.remote(snap)
+            except Exception:  # noqa: BLE001 - not up or restarting: look it up again
+                self._orchestrators.pop(name, None)
 
     async def __del__(self) -> None:
         self._pusher.cancel()
