@@ -29,6 +29,7 @@ from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.replica.predict import fastest_finish_in_s, too_late
 from inframind_ray.serving.backend import ServeBackend
+from inframind_ray.serving.canary import Canary
 from inframind_ray.serving.engines.base import GenerateResult
 from inframind_ray.serving.metrics import OrchestratorMetrics
 from inframind_ray.serving.records import RecordWriter
@@ -67,6 +68,9 @@ class Orchestrator:
         self.policy_version: str | None = None  # the registry version the learned policy is
         self._registry_stamp = -1  # registry.json's stamp when last read (_sync_registry)
         self.policy_note: str | None = None  # a configured checkpoint the registry overrides
+        self.canary: Canary | None = None  # the running canary (serving/canary.py)
+        self._canary_policy: LearnedPolicy | None = None  # its candidate's policy
+        self.last_canary: dict | None = None  # the last finished canary's outcome
         self.policies: dict[str, Policy] = {}
         self.default_policy = s.default_policy
         self.policy_status = "ok"
@@ -134,7 +138,9 @@ class Orchestrator:
             return
         self._registry_stamp = stamp
         try:
-            active = self.registry.state().active
+            st = self.registry.state()
+            self._sync_canary(st.canary)
+            active = st.active
             if active is None or active == self.policy_version:
                 return
             policy = self.registry.check(active, self.pool_info)
@@ -148,6 +154,49 @@ class Orchestrator:
         self.policy_version = active
         self.policy_status = "ok"
         self._gauges_at = 0.0  # show the new version at once
+
+    def _sync_canary(self, version: str | None) -> None:
+        """Start the canary the registry asks for (``inframind policy canary``), or drop one the
+        registry no longer names; a candidate that cannot load ends rejected at once."""
+        if self.canary is not None and self.canary.candidate != version:
+            log.info("canary of %s dropped by the registry", self.canary.candidate)
+            self.canary, self._canary_policy = None, None
+        if version is None or self.canary is not None or self.policy_version is None:
+            return
+        try:
+            self._canary_policy = self.registry.check(version, self.pool_info)
+        except RegistryError as e:
+            self.registry.end_canary(version, False, f"cannot load: {e}", self.pool_info)
+            return
+        self.canary = Canary(version, self.policy_version, self.cfg.serving.canary)
+        log.info("canary of %s against %s: %s of the queries", version, self.policy_version,
+                 self.cfg.serving.canary.share)
+
+    def _canary_observe(self, to_candidate: bool, res: QueryResult,
+                        correct: bool | None) -> None:
+        """One answered query into the running canary; its decision, once taken, goes to the
+        registry (promote, or rejected with the reason) and to the candidate's gate results."""
+        c = self.canary
+        if c is None:
+            return
+        c.observe(to_candidate, correct, bool(res.within_budget))
+        self.metrics.set_canary(c.candidate, c.routed)
+        if c.decision is None:
+            return
+        self.canary, self._canary_policy = None, None
+        out = c.describe()
+        try:
+            self.registry.record_gate(c.candidate, "canary", {"passed": c.decision == "promote",
+                                                              **out})
+            self.registry.end_canary(c.candidate, c.decision == "promote", c.reason,
+                                     self.pool_info)
+        except RegistryError as e:
+            out["registry_error"] = str(e)
+            log.warning("canary of %s: %s", c.candidate, e)
+        self.last_canary = out
+        self.metrics.set_canary(None, {})
+        log.info("canary of %s: %s (%s)", c.candidate, c.decision, c.reason)
+        self._sync_registry()
 
     def _get_controller(self) -> ExecutionController:
         """The run-time execution controller (loaded once; ``serving.controller_checkpoint`` or
@@ -230,6 +279,8 @@ class Orchestrator:
                 "stale_after_s": self.cfg.serving.stale_after_s, "counters": dict(self.counters),
                 "policy_version": self.policy_version, "policy_pinned": self._pinned(),
                 "policy_note": self.policy_note,
+                "canary": None if self.canary is None else self.canary.describe(),
+                "last_canary": self.last_canary,
                 "rollouts": self.rollouts.describe()}
 
     # ------------------------------------------------------------------ policy registry
@@ -241,15 +292,18 @@ class Orchestrator:
             return {"http_status": 500, "error": str(e)}
 
     def policy_op(self, op: str, version: str | None = None) -> dict:
-        """``POST /v1/policies/{promote,rollback,pin,unpin}``: the registry operation, then the
-        new active version served from the next query on (404: no such version; 409: refused,
-        with the one-line reason; the incumbent keeps serving)."""
+        """``POST /v1/policies/{promote,canary,rollback,pin,unpin}``: the registry operation,
+        then the new active version served from the next query on (a canary: the candidate on
+        ``serving.canary.share`` of them) (404: no such version; 409: refused, with the one-line
+        reason; the incumbent keeps serving)."""
         from inframind_ray.policy.registry import VersionNotFound
 
         reg, pool = self.registry, self.pool_info
         try:
             if op == "promote":
                 reg.promote(version or "", pool, actor="api")
+            elif op == "canary":
+                reg.start_canary(version or "", pool, actor="api")
             elif op == "rollback":
                 reg.rollback(pool, actor="api")
             elif op == "pin":
@@ -383,7 +437,12 @@ class Orchestrator:
         refusal = self._admit(q)
         if refusal is not None:
             return refusal
-        ep, served = self._recording(q, policy)
+        version = self.policy_version
+        canaried = self.canary is not None and policy is self.policies.get(LearnedPolicy.name)
+        to_candidate = canaried and self.canary.route(q.query_id)
+        if to_candidate:
+            policy, version = self._canary_policy, self.canary.candidate
+        ep, served = self._recording(q, policy, version)
         self.inflight += 1
         self.metrics.inflight.set(self.inflight)
 
@@ -409,8 +468,12 @@ class Orchestrator:
             self.metrics.inflight.set(self.inflight)
         if ep is not None:
             self.rollouts.finish(ep, res, correct)
+        if canaried:
+            self._canary_observe(to_candidate, res, correct)
         self.served += 1
-        return self._respond(res, policy.name, correct)
+        out = self._respond(res, policy.name, correct)
+        out["policy_version"] = version if policy.name == LearnedPolicy.name else None
+        return out
 
     def _admit(self, q: QueryInfo) -> dict | None:
         """The ingress's admission by predicted finish (``replica.predict``, the replicas'
@@ -428,14 +491,16 @@ class Orchestrator:
                 "error": f"no model is predicted to answer within the budget: the fastest "
                          f"finishes in {finish:.3g} s, budget {q.budget_s:g} s"}
 
-    def _recording(self, q: QueryInfo, policy: Policy):  # noqa: ANN202
-        """(episode, the policy to run): the learned registry policy wrapped to record its
-        decisions when rollouts are on; (None, policy) otherwise."""
-        if not (self.cfg.serving.rollouts.enabled and self.policy_version is not None
-                and policy is self.policies.get(LearnedPolicy.name)):
+    def _recording(self, q: QueryInfo, policy: Policy, version: str | None):  # noqa: ANN202
+        """(episode, the policy to run): the learned registry policy (``version``: the active
+        one, or the canary's candidate) wrapped to record its decisions when rollouts are on;
+        (None, policy) otherwise."""
+        if not (self.cfg.serving.rollouts.enabled and version is not None
+                and (policy is self.policies.get(LearnedPolicy.name)
+                     or policy is self._canary_policy)):
             return None, policy
         models = self.loads.system_state().models.values()
-        ep = self.rollouts.start(q, self.policy_version, (
+        ep = self.rollouts.start(q, version, (
             self.inflight, sum(m.waiting for m in models), sum(m.running for m in models)))
         if ep is None:
             return None, policy
