@@ -11,6 +11,7 @@ import time
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from inframind_ray import assumptions as A
 from inframind_ray.bench.runner import CellSpec, run_cell
 from inframind_ray.config import PoolConfig
 from inframind_ray.policy.gate_stats import paired_noninferiority
@@ -29,6 +30,7 @@ class ReplayGateConfig(BaseModel):
     split: str = "val"  # never the training items
     seed: int = 0
     tasks: tuple[tuple[str, float], ...] = MMLU_ONLY
+    budget_range_s: tuple[float, float] = A.BUDGET_RANGE_S  # scale it with a pool's time_scale
     tolerance: float = Field(0.02, ge=0, lt=1)
     alpha: float = Field(0.05, gt=0, lt=0.5)  # per metric, one-sided
 
@@ -51,7 +53,8 @@ def replay_gate(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     if cfg.split == "train":
         raise RegistryError("the replay gate never runs on training items")
     wl = WorkloadSpec(rate_per_min=cfg.rate_per_min, n_queries=cfg.n_queries, split=cfg.split,
-                      seed=cfg.seed, tasks=tuple(cfg.tasks))
+                      seed=cfg.seed, tasks=tuple(cfg.tasks),
+                      budget_range_s=tuple(cfg.budget_range_s))
     wl.validate()
     t0 = time.time()
     cells = {}
