@@ -217,3 +217,24 @@ def test_cli_refusals_are_one_line(reg):
     assert str(out.exception) == "v0001 is pinned: unpin it before you start a canary"
     listing = json.loads(runner.invoke(app, ["policy", "list", *common, "--json"]).output)
     assert listing["canary"] is None and listing["pinned"] == "v0001"
+
+
+def test_a_pool_change_restarts_the_canary(reg, pool, tmp_path):
+    """A drift that changes the pool (here a model's replicas) restarts the running canary on
+    the new pool with empty arms; the candidate policy is rebuilt for that pool."""
+    from inframind_ray.serving.drift import ReplicaLost, apply_to_config
+    from inframind_ray.serving.orchestrator import Orchestrator
+
+    cfg = load_pool(POOL)
+    cfg = cfg.model_copy(update={"models": [cfg.models[0].model_copy(update={"replicas": 2}),
+                                            cfg.models[1]]})
+    serving = cfg.serving.model_copy(update={
+        "records_dir": str(tmp_path / "rec"), "registry_dir": str(reg.root), "embed": False})
+    orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
+    reg.start_canary("v0002", pool)
+    orch._sync_registry()
+    orch.canary.observe(True, True, True)
+    old = orch._canary_policy
+    orch.set_pool(apply_to_config(orch.cfg, ReplicaLost(model="big")).model_dump())
+    assert orch.canary is not None and orch.canary.candidate == "v0002"
+    assert orch.canary.arms["candidate"]["goodput"].n == 0 and orch._canary_policy is not old

@@ -332,7 +332,8 @@ class Orchestrator:
     def set_pool(self, pool_cfg: dict) -> dict:
         """Change the running pool (a model added or removed): new model cards, the load view
         keeps the snapshots of the models that stay, policies are rebuilt for the new pool from
-        the next query on (queries in flight finish with the pool they started with)."""
+        the next query on (queries in flight finish with the pool they started with); a
+        running canary starts afresh."""
         cfg = PoolConfig.model_validate(pool_cfg)
         self.cfg = cfg
         self.pool_info = build_pool_info(cfg)
@@ -340,7 +341,12 @@ class Orchestrator:
         self.policies.clear()
         self.policy_status = "ok"
         self._handles = None
+        self.canary, self._canary_policy = None, None  # its arms' outcomes were on the old pool
         self._policy(self.default_policy)
+        try:
+            self._sync_canary(self.registry.state().canary)
+        except RegistryError as e:
+            log.warning("canary not restarted: %s", e)
         self.metrics.set_policy(self.default_policy, self.policy_status)
         return self.state()
 
