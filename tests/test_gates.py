@@ -238,3 +238,14 @@ def test_a_pool_change_restarts_the_canary(reg, pool, tmp_path):
     orch.set_pool(apply_to_config(orch.cfg, ReplicaLost(model="big")).model_dump())
     assert orch.canary is not None and orch.canary.candidate == "v0002"
     assert orch.canary.arms["candidate"]["goodput"].n == 0 and orch._canary_policy is not old
+
+
+def test_a_restarted_orchestrator_takes_up_the_registrys_canary(reg, pool, tmp_path):
+    from inframind_ray.serving.orchestrator import Orchestrator
+
+    reg.start_canary("v0002", pool)
+    cfg = load_pool(POOL)
+    serving = cfg.serving.model_copy(update={
+        "records_dir": str(tmp_path / "rec"), "registry_dir": str(reg.root), "embed": False})
+    orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
+    assert orch.canary is not None and orch.canary.candidate == "v0002"

@@ -82,6 +82,7 @@ class Orchestrator:
         self.tracing = Tracing(otel)
         self._embedder_ready: asyncio.Future | None = None
         self._policy(self.default_policy)  # fail early on a bad default
+        self._resume_canary()  # a restarted orchestrator takes up the registry's canary
         self._gauges_at = 0.0  # when the orchestrator's gauges were last set (_refresh_gauges)
         self._controller: ExecutionController | None = None
         if s.controller == "on":  # fail early on a bad checkpoint
@@ -171,6 +172,14 @@ class Orchestrator:
         self.canary = Canary(version, self.policy_version, self.cfg.serving.canary)
         log.info("canary of %s against %s: %s of the queries", version, self.policy_version,
                  self.cfg.serving.canary.share)
+
+    def _resume_canary(self) -> None:
+        """(Re)start the registry's canary, if any, with empty arms (after a start or a pool
+        change: outcomes on another pool or before a restart are not kept)."""
+        try:
+            self._sync_canary(self.registry.state().canary)
+        except RegistryError as e:
+            log.warning("canary not started: %s", e)
 
     def _canary_observe(self, to_candidate: bool, res: QueryResult,
                         correct: bool | None) -> None:
@@ -343,10 +352,7 @@ class Orchestrator:
         self._handles = None
         self.canary, self._canary_policy = None, None  # its arms' outcomes were on the old pool
         self._policy(self.default_policy)
-        try:
-            self._sync_canary(self.registry.state().canary)
-        except RegistryError as e:
-            log.warning("canary not restarted: %s", e)
+        self._resume_canary()
         self.metrics.set_policy(self.default_policy, self.policy_status)
         return self.state()
 
