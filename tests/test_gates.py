@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -162,14 +161,13 @@ def test_orchestrator_runs_the_registrys_canary(reg, pool, tmp_path):
         "records_dir": str(tmp_path / "rec"), "registry_dir": str(reg.root), "embed": False,
         "canary": CanaryConfig(share=0.5, min_queries=10, max_queries=100)})
     orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
-    assert orch.policy_version == "v0001" and orch.canary is None
+    assert orch.policy_version == "v0001" and orch.canary.running is None
     reg.start_canary("v0002", pool)
     orch._sync_registry()
-    assert orch.canary is not None and orch.state()["canary"]["candidate"] == "v0002"
+    assert orch.canary.running is not None and orch.state()["canary"]["candidate"] == "v0002"
     for i in range(400):
         to_cand = orch.canary.route(f"q{i}")
-        orch._canary_observe(to_cand, SimpleNamespace(within_budget=True), not to_cand)
-        if orch.canary is None:
+        if orch.canary.observe(to_cand, True, not to_cand, orch.pool_info):
             break
     st = orch.state()
     assert st["canary"] is None and st["last_canary"]["decision"] == "rollback"
@@ -233,11 +231,12 @@ def test_a_pool_change_restarts_the_canary(reg, pool, tmp_path):
     orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
     reg.start_canary("v0002", pool)
     orch._sync_registry()
-    orch.canary.observe(True, True, True)
-    old = orch._canary_policy
+    orch.canary.running.observe(True, True, True)
+    old = orch.canary.policy
     orch.set_pool(apply_to_config(orch.cfg, ReplicaLost(model="big")).model_dump())
-    assert orch.canary is not None and orch.canary.candidate == "v0002"
-    assert orch.canary.arms["candidate"]["goodput"].n == 0 and orch._canary_policy is not old
+    running = orch.canary.running
+    assert running is not None and running.candidate == "v0002"
+    assert running.arms["candidate"]["goodput"].n == 0 and orch.canary.policy is not old
 
 
 def test_a_restarted_orchestrator_takes_up_the_registrys_canary(reg, pool, tmp_path):
@@ -248,4 +247,4 @@ def test_a_restarted_orchestrator_takes_up_the_registrys_canary(reg, pool, tmp_p
     serving = cfg.serving.model_copy(update={
         "records_dir": str(tmp_path / "rec"), "registry_dir": str(reg.root), "embed": False})
     orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
-    assert orch.canary is not None and orch.canary.candidate == "v0002"
+    assert orch.canary.running is not None and orch.canary.running.candidate == "v0002"

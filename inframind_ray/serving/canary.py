@@ -19,16 +19,23 @@ No more than ``max_queries`` queries are ever routed to the candidate.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import dataclass, field
 
 from inframind_ray.config import CanaryConfig
+from inframind_ray.core.types import PoolInfo
 from inframind_ray.policy.gate_stats import (
     ArmStats,
     SequentialResult,
     mixture_rho,
     sequential_compare,
 )
+from inframind_ray.policy.learned import LearnedPolicy
+from inframind_ray.policy.registry import PolicyRegistry, RegistryError
+from inframind_ray.serving.metrics import OrchestratorMetrics
+
+log = logging.getLogger(__name__)
 
 METRICS = ("goodput", "slo_attainment")
 
@@ -108,3 +115,72 @@ class Canary:
                 "served_share": round(self.routed["candidate"] / total, 4) if total else 0.0,
                 "decision": self.decision, "reason": self.reason,
                 "tests": [t.as_dict() for t in self.tests()]}
+
+
+class CanaryRunner:
+    """The orchestrator's side: starts the canary the registry asks for, routes queries,
+    observes their outcomes, and hands the decision to the registry (promote, or the candidate
+    rejected with the reason; the test into its gate results)."""
+
+    def __init__(self, registry: PolicyRegistry, cfg: CanaryConfig,
+                 metrics: OrchestratorMetrics) -> None:
+        self.registry, self.cfg, self.metrics = registry, cfg, metrics
+        self.running: Canary | None = None
+        self.policy: LearnedPolicy | None = None  # the candidate's, on the pool
+        self.last: dict | None = None  # the last finished canary's outcome
+
+    def reset(self) -> None:
+        """Drop the running canary (a pool change: its outcomes were on the old pool)."""
+        self.running, self.policy = None, None
+
+    def sync(self, version: str | None, incumbent: str | None, pool: PoolInfo) -> None:
+        """Start the registry's canary of ``version`` against ``incumbent`` (the version
+        serving), or drop one the registry no longer names; a candidate that cannot load ends
+        rejected at once. RegistryError if the registry cannot be written."""
+        if self.running is not None and self.running.candidate != version:
+            log.info("canary of %s dropped by the registry", self.running.candidate)
+            self.reset()
+        if version is None or self.running is not None or incumbent is None:
+            return
+        try:
+            self.policy = self.registry.check(version, pool)
+        except RegistryError as e:
+            self.registry.end_canary(version, False, f"cannot load: {e}", pool)
+            return
+        self.running = Canary(version, incumbent, self.cfg)
+        log.info("canary of %s against %s: %s of the queries", version, incumbent,
+                 self.cfg.share)
+
+    def route(self, query_id: str) -> bool:
+        """True if the query goes to the candidate (False when no canary runs)."""
+        return self.running is not None and self.running.route(query_id)
+
+    def observe(self, to_candidate: bool, within_budget: bool, correct: bool | None,
+                pool: PoolInfo) -> bool:
+        """One answered query into the running canary; True once it has decided (the
+        registry then has the outcome)."""
+        c = self.running
+        if c is None:
+            return False
+        c.observe(to_candidate, correct, within_budget)
+        self.metrics.set_canary(c.candidate, c.routed)
+        if c.decision is None:
+            return False
+        self.reset()
+        out = c.describe()
+        try:
+            self.registry.record_gate(c.candidate, "canary", {"passed": c.decision == "promote",
+                                                              **out})
+            self.registry.end_canary(c.candidate, c.decision == "promote", c.reason, pool)
+        except RegistryError as e:
+            out["registry_error"] = str(e)
+            log.warning("canary of %s: %s", c.candidate, e)
+        self.last = out
+        self.metrics.set_canary(None, {})
+        log.info("canary of %s: %s (%s)", c.candidate, c.decision, c.reason)
+        return True
+
+    def describe(self) -> dict:
+        """``/v1/state``'s ``canary`` (the running one) and ``last_canary``."""
+        return {"canary": None if self.running is None else self.running.describe(),
+                "last_canary": self.last}

@@ -29,7 +29,7 @@ from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.replica.predict import fastest_finish_in_s, too_late
 from inframind_ray.serving.backend import ServeBackend
-from inframind_ray.serving.canary import Canary
+from inframind_ray.serving.canary import CanaryRunner
 from inframind_ray.serving.engines.base import GenerateResult
 from inframind_ray.serving.metrics import OrchestratorMetrics
 from inframind_ray.serving.records import RecordWriter
@@ -68,9 +68,6 @@ class Orchestrator:
         self.policy_version: str | None = None  # the registry version the learned policy is
         self._registry_stamp = -1  # registry.json's stamp when last read (_sync_registry)
         self.policy_note: str | None = None  # a configured checkpoint the registry overrides
-        self.canary: Canary | None = None  # the running canary (serving/canary.py)
-        self._canary_policy: LearnedPolicy | None = None  # its candidate's policy
-        self.last_canary: dict | None = None  # the last finished canary's outcome
         self.policies: dict[str, Policy] = {}
         self.default_policy = s.default_policy
         self.policy_status = "ok"
@@ -78,6 +75,7 @@ class Orchestrator:
         self.served = 0
         self.counters: Counter[str] = Counter()  # agent_call_retries, agent_calls_lost
         self.metrics = OrchestratorMetrics()
+        self.canary = CanaryRunner(self.registry, s.canary, self.metrics)  # serving/canary.py
         self._handles: dict | None = None
         self.tracing = Tracing(otel)
         self._embedder_ready: asyncio.Future | None = None
@@ -140,7 +138,7 @@ class Orchestrator:
         self._registry_stamp = stamp
         try:
             st = self.registry.state()
-            self._sync_canary(st.canary)
+            self.canary.sync(st.canary, self.policy_version, self.pool_info)
             active = st.active
             if active is None or active == self.policy_version:
                 return
@@ -156,56 +154,13 @@ class Orchestrator:
         self.policy_status = "ok"
         self._gauges_at = 0.0  # show the new version at once
 
-    def _sync_canary(self, version: str | None) -> None:
-        """Start the canary the registry asks for (``inframind policy canary``), or drop one the
-        registry no longer names; a candidate that cannot load ends rejected at once."""
-        if self.canary is not None and self.canary.candidate != version:
-            log.info("canary of %s dropped by the registry", self.canary.candidate)
-            self.canary, self._canary_policy = None, None
-        if version is None or self.canary is not None or self.policy_version is None:
-            return
-        try:
-            self._canary_policy = self.registry.check(version, self.pool_info)
-        except RegistryError as e:
-            self.registry.end_canary(version, False, f"cannot load: {e}", self.pool_info)
-            return
-        self.canary = Canary(version, self.policy_version, self.cfg.serving.canary)
-        log.info("canary of %s against %s: %s of the queries", version, self.policy_version,
-                 self.cfg.serving.canary.share)
-
     def _resume_canary(self) -> None:
         """(Re)start the registry's canary, if any, with empty arms (after a start or a pool
         change: outcomes on another pool or before a restart are not kept)."""
         try:
-            self._sync_canary(self.registry.state().canary)
+            self.canary.sync(self.registry.state().canary, self.policy_version, self.pool_info)
         except RegistryError as e:
             log.warning("canary not started: %s", e)
-
-    def _canary_observe(self, to_candidate: bool, res: QueryResult,
-                        correct: bool | None) -> None:
-        """One answered query into the running canary; its decision, once taken, goes to the
-        registry (promote, or rejected with the reason) and to the candidate's gate results."""
-        c = self.canary
-        if c is None:
-            return
-        c.observe(to_candidate, correct, bool(res.within_budget))
-        self.metrics.set_canary(c.candidate, c.routed)
-        if c.decision is None:
-            return
-        self.canary, self._canary_policy = None, None
-        out = c.describe()
-        try:
-            self.registry.record_gate(c.candidate, "canary", {"passed": c.decision == "promote",
-                                                              **out})
-            self.registry.end_canary(c.candidate, c.decision == "promote", c.reason,
-                                     self.pool_info)
-        except RegistryError as e:
-            out["registry_error"] = str(e)
-            log.warning("canary of %s: %s", c.candidate, e)
-        self.last_canary = out
-        self.metrics.set_canary(None, {})
-        log.info("canary of %s: %s (%s)", c.candidate, c.decision, c.reason)
-        self._sync_registry()
 
     def _get_controller(self) -> ExecutionController:
         """The run-time execution controller (loaded once; ``serving.controller_checkpoint`` or
@@ -288,8 +243,7 @@ class Orchestrator:
                 "stale_after_s": self.cfg.serving.stale_after_s, "counters": dict(self.counters),
                 "policy_version": self.policy_version, "policy_pinned": self._pinned(),
                 "policy_note": self.policy_note,
-                "canary": None if self.canary is None else self.canary.describe(),
-                "last_canary": self.last_canary,
+                **self.canary.describe(),
                 "rollouts": self.rollouts.describe()}
 
     # ------------------------------------------------------------------ policy registry
@@ -350,7 +304,7 @@ class Orchestrator:
         self.policies.clear()
         self.policy_status = "ok"
         self._handles = None
-        self.canary, self._canary_policy = None, None  # its arms' outcomes were on the old pool
+        self.canary.reset()  # its arms' outcomes were on the old pool
         self._policy(self.default_policy)
         self._resume_canary()
         self.metrics.set_policy(self.default_policy, self.policy_status)
@@ -450,10 +404,11 @@ class Orchestrator:
         if refusal is not None:
             return refusal
         version = self.policy_version
-        canaried = self.canary is not None and policy is self.policies.get(LearnedPolicy.name)
+        canaried = (self.canary.running is not None
+                    and policy is self.policies.get(LearnedPolicy.name))
         to_candidate = canaried and self.canary.route(q.query_id)
         if to_candidate:
-            policy, version = self._canary_policy, self.canary.candidate
+            policy, version = self.canary.policy, self.canary.running.candidate
         ep, served = self._recording(q, policy, version)
         self.inflight += 1
         self.metrics.inflight.set(self.inflight)
@@ -480,8 +435,9 @@ class Orchestrator:
             self.metrics.inflight.set(self.inflight)
         if ep is not None:
             self.rollouts.finish(ep, res, correct)
-        if canaried:
-            self._canary_observe(to_candidate, res, correct)
+        if canaried and self.canary.observe(to_candidate, bool(res.within_budget), correct,
+                                            self.pool_info):
+            self._sync_registry()  # a promotion serves from the next query on
         self.served += 1
         out = self._respond(res, policy.name, correct)
         out["policy_version"] = version if policy.name == LearnedPolicy.name else None
@@ -509,7 +465,7 @@ class Orchestrator:
         (None, policy) otherwise."""
         if not (self.cfg.serving.rollouts.enabled and version is not None
                 and (policy is self.policies.get(LearnedPolicy.name)
-                     or policy is self._canary_policy)):
+                     or policy is self.canary.policy)):
             return None, policy
         models = self.loads.system_state().models.values()
         ep = self.rollouts.start(q, version, (
