@@ -181,9 +181,10 @@ def test_orchestrator_runs_the_registrys_canary(reg, pool, tmp_path):
 # ------------------------------------------------------------------ replay gate and CLI
 def test_replay_gate_stops_the_inverted_candidate_and_passes_its_twin(reg, pool):
     """The gate by the CLI on the inverted candidate: fails (exit 1), its result in meta.json,
-    no canary started; by the API on a copy of the incumbent: passes. Four twin cells of 20
+    no canary started; the learner's path on a copy of the incumbent: passes and requests the
+    canary. Four twin cells of 20
     validation queries on the test pool (~10-20 s on a loaded 2-core machine)."""
-    from inframind_ray.bench.replay_gate import ReplayGateConfig, replay_gate
+    from inframind_ray.bench.replay_gate import ReplayGateConfig, gate_then_canary
     from inframind_ray.cli import app
 
     out = CliRunner().invoke(app, ["policy", "gate", "v0002", "-c", str(POOL), "--registry",
@@ -195,9 +196,10 @@ def test_replay_gate_stops_the_inverted_candidate_and_passes_its_twin(reg, pool)
     assert gate["tests"][0]["n"] == 20 and gate["tests"][0]["diff"] < 0
     assert reg.state().canary is None  # a failed gate starts no canary
     good = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
-    same = replay_gate(load_pool(POOL), reg, good,
-                       cfg=ReplayGateConfig(n_queries=20, rate_per_min=30.0))
+    same = gate_then_canary(load_pool(POOL), reg, good,
+                            cfg=ReplayGateConfig(n_queries=20, rate_per_min=30.0))
     assert same["passed"] and all(t["diff"] == 0 for t in same["tests"]), same["tests"]
+    assert same["canary"] == "requested" and reg.state().canary == good
 
 
 def test_cli_refusals_are_one_line(reg):

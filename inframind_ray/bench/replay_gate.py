@@ -74,3 +74,22 @@ def replay_gate(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     if record:
         registry.record_gate(candidate, "replay", out)
     return out
+
+
+def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
+                     cfg: ReplayGateConfig | None = None, canary: bool = True) -> dict:
+    """The automatic path of a new candidate: the replay gate, then (if it passed and
+    ``canary``) the canary request to the serving pool. Returns the gate's result with
+    ``canary``: "requested", or why not (failed gate, pinned version, a canary running)."""
+    out = replay_gate(pool, registry, candidate, cfg=cfg)
+    if not out["passed"]:
+        out["canary"] = "not requested: the replay gate failed"
+    elif canary:
+        from inframind_ray.pools.cards import build_pool_info
+
+        try:
+            registry.start_canary(candidate, build_pool_info(pool), actor="learner")
+            out["canary"] = "requested"
+        except RegistryError as e:
+            out["canary"] = f"not requested: {e}"
+    return out
