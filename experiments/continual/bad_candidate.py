@@ -4,13 +4,15 @@ policy's preferences inverted, policy/degrade.py) is (1) stopped by the twin rep
 budgets scaled by the same 0.1) until the canary's sequential test decides. Writes results.json and
 bad_candidate.png under --out.
 
-    flock /tmp/serve.lock nice -n 5 python experiments/continual/bad_candidate.py
-"""
+    nice -n 5 python experiments/continual/bad_candidate.py
+
+(it takes /tmp/serve.lock itself around the Serve part; the twin gate runs without it)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import json
 import shutil
 import time
@@ -31,6 +33,7 @@ from inframind_ray.serving.app import start
 from inframind_ray.tasks.workload import WorkloadSpec, budgets, sample_task_items
 
 POOL = Path(__file__).parent / "pool.yaml"
+SERVE_LOCK = "/tmp/serve.lock"  # shared with every Serve run on this machine
 TIME_SCALE = 0.1  # the pool file's engine time_scale (engine times x 0.1)
 
 
@@ -166,6 +169,22 @@ def plot(out: Path, gate: dict, rows: list[dict], last: dict, cfg) -> None:  # n
     fig.savefig(out / "bad_candidate.png", dpi=120)
 
 
+def serve_canary(cfg, reg: PolicyRegistry, bad: str, info, args) -> tuple[list, dict]:  # noqa: ANN001
+    """Serve the pool, ask for the canary of ``bad`` (the twin gate's verdict ignored), drive
+    the load until the canary decides; the responses and the orchestrator's last state."""
+    session = start(cfg)
+    try:
+        reg.start_canary(bad, info, actor="scenario (twin gate disabled)")
+        for _ in range(50):
+            if ray.get(session.orchestrator.state.remote())["canary"]:
+                break
+            time.sleep(0.2)
+        return asyncio.run(drive(session.url, session.orchestrator, args.rate, args.max_s,
+                                 args.seed))
+    finally:
+        session.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/continual/bad_candidate"))
@@ -191,19 +210,11 @@ def main() -> None:
         seed=args.seed))
     print(f"twin replay gate: {'passed' if gate['passed'] else 'failed'} "
           f"({time.time() - t0:.0f} s)", json.dumps(gate["tests"]), flush=True)
-    session = start(cfg)
-    try:
-        reg.start_canary(bad, info, actor="scenario (twin gate disabled)")
-        for _ in range(50):
-            if ray.get(session.orchestrator.state.remote())["canary"]:
-                break
-            time.sleep(0.2)
-        rows, state = asyncio.run(drive(session.url, session.orchestrator, args.rate,
-                                        args.max_s, args.seed))
-    finally:
-        session.stop()
+    with open(SERVE_LOCK, "a") as lock:  # the Serve part only: other runs bind these ports
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rows, state = serve_canary(cfg, reg, bad, info, args)
     last = state.get("last_canary") or state.get("canary")
-    doc = {"command": "flock /tmp/serve.lock nice -n 5 python "
+    doc = {"command": "nice -n 5 python "
                       f"experiments/continual/bad_candidate.py --rate {args.rate} "
                       f"--gate-queries {args.gate_queries} --max-s {args.max_s} "
                       f"--seed {args.seed}",
