@@ -211,6 +211,20 @@ class RolloutConfig(BaseModel):
         description="the most recent queries that accept POST /v1/feedback")
 
 
+class CanaryConfig(BaseModel):
+    """``serving.canary``: the live canary of a candidate policy version (serving/canary.py;
+    docs/continual.md says why these defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+    share: float = Field(0.1, gt=0, lt=1, description="share of live queries to the candidate")
+    max_queries: int = Field(200, ge=1, description="the most queries the candidate serves")
+    min_queries: int = Field(20, ge=1, description="canary queries before the first look")
+    tolerance: float = Field(0.05, ge=0, lt=1, description="allowed drop of goodput and SLO "
+                             "attainment, candidate vs incumbent")
+    alpha: float = Field(0.05, gt=0, lt=0.5, description="error of each decision")
+    seed: int = 0
+
+
 class ServingConfig(BaseModel):
     """Ray Serve side of a pool: HTTP, orchestrator and metrics settings."""
 
@@ -231,6 +245,7 @@ class ServingConfig(BaseModel):
         "runs/policies", description="the learned policy's version registry (docs/continual.md); "
         "an empty one is seeded with policy_checkpoint (or the shipped policy)")
     rollouts: RolloutConfig = RolloutConfig()
+    canary: CanaryConfig = CanaryConfig()
     max_body_bytes: int = Field(65_536, gt=0)
     max_inflight_queries: int = Field(
         1024, gt=0, description="queries in the ingress at once: Serve's max_ongoing_requests "

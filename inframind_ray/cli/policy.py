@@ -15,7 +15,7 @@ import typer
 from inframind_ray.cli.common import console
 
 policy_app = typer.Typer(no_args_is_help=True, help="The learned policy's version registry: "
-                         "list, register, promote, rollback, pin, unpin.")
+                         "list, register, gate, canary, promote, rollback, pin, unpin.")
 
 Config = Annotated[Path, typer.Option("-c", "--config", help="deployment YAML (its pool checks "
                                       "candidates; its serving.registry_dir is the registry)")]
@@ -115,3 +115,57 @@ def unpin(config: Config = DEFAULT_CONFIG, registry: Registry = None) -> None:
     reg, _ = _open(config, registry)
     reg.unpin()
     _show(reg)
+
+
+@policy_app.command()
+def gate(
+    version: Annotated[str, typer.Argument(help="the candidate, e.g. v0002")],
+    config: Config = DEFAULT_CONFIG, registry: Registry = None,
+    queries: Annotated[int, typer.Option(help="validation queries per arm")] = 300,
+    rate: Annotated[float, typer.Option(help="arrival rate (req/min) of the replay")] = 60.0,
+    tolerance: Annotated[float, typer.Option(help="allowed drop (goodput, SLO attainment)")]
+    = 0.02,
+    alpha: Annotated[float, typer.Option(help="one-sided error per metric")] = 0.05,
+    seed: int = 0,
+    canary: Annotated[bool, typer.Option("--canary", help="start the canary if it passes")]
+    = False,
+) -> None:
+    """The twin replay gate: the candidate against the active version on validation items in
+    the twin of the deployment's pool; the result goes into the candidate's gate results.
+    Exit 1 if it fails."""
+    from pydantic import ValidationError
+
+    from inframind_ray.bench.replay_gate import ReplayGateConfig, replay_gate
+    from inframind_ray.config import load_pool
+    from inframind_ray.errors import ConfigError
+
+    reg, pool = _open(config, registry)
+    try:
+        cfg = ReplayGateConfig(n_queries=queries, rate_per_min=rate, tolerance=tolerance,
+                               alpha=alpha, seed=seed)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ConfigError(f"--{err['loc'][0]}", err["msg"]) from None
+    out = replay_gate(load_pool(config), reg, version, cfg=cfg)
+    for t in out["tests"]:
+        console.print(f"{t['metric']}: candidate {t['candidate']:.3f} incumbent "
+                      f"{t['incumbent']:.3f} diff {t['diff']:+.3f} lower bound "
+                      f"{t['lower']:+.3f} vs -{t['tolerance']:g}: "
+                      + ("pass" if t["passed"] else "FAIL"))
+    console.print(f"replay gate of {version}: " + ("passed" if out["passed"] else "failed"))
+    if not out["passed"]:
+        raise typer.Exit(1)
+    if canary:
+        reg.start_canary(version, pool)
+        console.print(f"canary of {version} requested")
+
+
+@policy_app.command("canary")
+def start_canary(
+    version: Annotated[str, typer.Argument(help="the candidate, e.g. v0002")],
+    config: Config = DEFAULT_CONFIG, registry: Registry = None,
+) -> None:
+    """Ask the pool serving from this registry to canary a candidate (serving.canary)."""
+    reg, pool = _open(config, registry)
+    reg.start_canary(version, pool)
+    console.print(f"canary of {version} requested")

@@ -39,6 +39,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
+from inframind_ray.bench.replay_gate import ReplayGateConfig, gate_then_canary
 from inframind_ray.config import load_pool, read_yaml, validated
 from inframind_ray.core.topology import build_graph
 from inframind_ray.errors import InframindError
@@ -55,6 +56,16 @@ LOGP_TOLERANCE = 1e-3  # recorded vs recomputed log-probability of the behaviour
 
 class NoRollouts(InframindError):
     """The traffic produced no rollout for ``give_up_after_s``."""
+
+
+class GateSettings(BaseModel):
+    """Guarded promotion of the learner's candidates (docs/continual.md): off by default."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(False, description="run the twin replay gate on candidates")
+    every: int = Field(1, ge=1, description="gate every n-th iteration's candidate")
+    canary: bool = Field(True, description="request the canary when the gate passes")
+    replay: ReplayGateConfig = ReplayGateConfig()
 
 
 class ContinualConfig(BaseModel):
@@ -74,6 +85,7 @@ class ContinualConfig(BaseModel):
     ppo: PPOSettings = PPOSettings(iterations=0, train_batch_size=512, minibatch_size=128)
     """PPO settings; ``iterations`` 0 runs until stopped; ``train_batch_size`` counts decisions."""
     lagrangian: LagrangianSettings = LagrangianSettings()
+    gate: GateSettings = GateSettings()
 
 
 def load_continual_config(path: str | Path) -> ContinualConfig:
@@ -268,6 +280,10 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
             row = {"iteration": it, "candidate": meta.version, "rollouts": len(used),
                    "acknowledged": len(batch.episodes), "lambda": lam,
                    "skipped": dict(source.counts)}
+            if cfg.gate.enabled and it % cfg.gate.every == 0:
+                g = gate_then_canary(deployment, registry, meta.version, cfg.gate.replay,
+                                     cfg.gate.canary)
+                row["gate"] = {"passed": g["passed"], "canary": g["canary"]}
             done += 1
             with (out / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")

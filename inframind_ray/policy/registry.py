@@ -50,11 +50,13 @@ class VersionNotFound(RegistryError):
 
 
 class VersionState(StrEnum):
-    """candidate: registered, never served; active: serving; retired: served before."""
+    """candidate: registered, never served; active: serving; retired: served before;
+    rejected: a gate or the canary stopped it (it can still be promoted by hand)."""
 
     CANDIDATE = "candidate"
     ACTIVE = "active"
     RETIRED = "retired"
+    REJECTED = "rejected"
 
 
 class DataWindow(BaseModel):
@@ -88,6 +90,7 @@ class RegistryState(BaseModel):
     previous: list[str] = []  # earlier actives, most recent last (rollback pops)
     pinned: str | None = None
     states: dict[str, VersionState] = {}
+    canary: str | None = None  # the candidate a serving pool is to canary (serving/canary.py)
     log: list[dict] = []
 
 
@@ -236,16 +239,71 @@ class PolicyRegistry:
         with self._locked() as st:
             if version not in st.states:
                 raise VersionNotFound(f"no policy version {version!r} in {self.root}")
-            if version == st.active:
-                raise RegistryError(f"{version} is already active")
-            self._not_pinned(st, "promote")
+            self._promote(st, version, pool, actor)
+        return st
+
+    def _promote(self, st: RegistryState, version: str, pool: PoolInfo, actor: str,
+                 **extra: object) -> None:
+        if version == st.active:
+            raise RegistryError(f"{version} is already active")
+        self._not_pinned(st, "promote")
+        self.check(version, pool)
+        if st.active is not None:
+            st.states[st.active] = VersionState.RETIRED
+            st.previous.append(st.active)
+        st.active = version
+        st.states[version] = VersionState.ACTIVE
+        if st.canary == version:
+            st.canary = None
+        st.log.append(self._event("promote", version, actor, **extra))
+
+    # ------------------------------------------------------------------ gates and canary
+    def record_gate(self, version: str, name: str, result: dict) -> VersionMeta:
+        """Write a gate's result into the version's ``meta.json`` (``gates[name]``), replaced
+        atomically; the event log says so. The digest covers weights and spec only."""
+        with self._locked() as st:
+            meta = self.meta(version)
+            meta.gates = {**meta.gates, name: result}
+            path = self.versions / version / META
+            tmp = path.with_name(f".{META}.{os.getpid()}.tmp")
+            tmp.write_text(meta.model_dump_json(indent=2))
+            os.replace(tmp, path)
+            st.log.append(self._event(f"gate:{name}", version, "gate",
+                                      passed=bool(result.get("passed"))))
+        return meta
+
+    def start_canary(self, version: str, pool: PoolInfo, *, actor: str = "cli") -> RegistryState:
+        """Ask the serving pool to canary ``version`` (a candidate, checked first). Refused
+        while a version is pinned or another canary runs."""
+        with self._locked() as st:
+            if version not in st.states:
+                raise VersionNotFound(f"no policy version {version!r} in {self.root}")
+            if st.states[version] is not VersionState.CANDIDATE:
+                raise RegistryError(f"{version} is {st.states[version].value}, not a candidate")
+            self._not_pinned(st, "start a canary")
+            if st.canary is not None:
+                raise RegistryError(f"a canary of {st.canary} is running")
             self.check(version, pool)
-            if st.active is not None:
-                st.states[st.active] = VersionState.RETIRED
-                st.previous.append(st.active)
-            st.active = version
-            st.states[version] = VersionState.ACTIVE
-            st.log.append(self._event("promote", version, actor))
+            st.canary = version
+            st.log.append(self._event("canary_start", version, actor))
+        return st
+
+    def end_canary(self, version: str, promote: bool, reason: str, pool: PoolInfo, *,
+                   actor: str = "canary") -> RegistryState:
+        """The canary's outcome: promote ``version`` (refused if pinned meanwhile: it then ends
+        rejected) or reject it, with ``reason`` in the event log."""
+        with self._locked() as st:
+            if st.canary != version:
+                raise RegistryError(f"no canary of {version} is running")
+            if promote:
+                try:
+                    self._promote(st, version, pool, actor, reason=reason)
+                    return st
+                except RegistryError as e:
+                    reason = f"{reason}; not promoted: {e}"
+            st.canary = None
+            st.states[version] = VersionState.REJECTED
+            st.log.append(self._event("canary_rollback", version, actor, reason=reason))
         return st
 
     def rollback(self, pool: PoolInfo, *, actor: str = "cli") -> RegistryState:
@@ -313,5 +371,5 @@ def describe(reg: PolicyRegistry) -> dict:
     """The registry as JSON for ``/v1/state`` and ``inframind policy list``."""
     st = reg.state()
     return {"dir": str(reg.root), "active": st.active, "pinned": st.pinned,
-            "previous": st.previous[-5:],
+            "previous": st.previous[-5:], "canary": st.canary,
             "versions": [json.loads(v.model_dump_json()) for v in reg.list()]}

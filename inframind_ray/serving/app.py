@@ -47,6 +47,18 @@ class Session:
         self.cfg = cfg
         _wait_reports(self.orchestrator, wait_s)
 
+    def replace_model(self, model: ModelConfig, wait_s: float = 300.0) -> None:
+        """Redeploy a model of the pool with a new config (replicas, engine): Serve rolls its
+        replicas over; the orchestrator's pool takes the new card from the next decision."""
+        if model.name not in {m.name for m in self.cfg.models}:
+            raise ValueError(f"model {model.name!r} is not in the pool")
+        cfg = self.cfg.model_copy(update={"models": [model if m.name == model.name else m
+                                                     for m in self.cfg.models]})
+        serve.run_many([_model_target(model, cfg)])
+        ray.get(self.orchestrator.set_pool.remote(cfg.model_dump()))
+        self.cfg = cfg
+        _wait_reports(self.orchestrator, wait_s)
+
     def remove_model(self, name: str, drain_s: float = 30.0) -> None:
         """Take a model out of the orchestrator's pool first (no new decisions route to it),
         let the calls already sent finish (at most ``drain_s``), then delete its application."""

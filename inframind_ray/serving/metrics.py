@@ -17,6 +17,7 @@ NAMES = (
     "inframind_replica_requests_total", "inframind_replica_queue_wait_s",
     "inframind_replica_waiting", "inframind_replica_running", "inframind_replica_kv_usage",
     "inframind_replica_e2e_ewma_s", "inframind_policy_version_info",
+    "inframind_canary_queries",
 )
 """Every metric this package exports (without Ray's ``ray_`` prefix)."""
 
@@ -50,6 +51,10 @@ class OrchestratorMetrics:
         self.call_latency = Histogram("inframind_agent_call_latency_s",
                                       "agent call latency at the orchestrator (s)",
                                       boundaries=list(LATENCY_BUCKETS_S), tag_keys=("model",))
+        self.canary = Gauge("inframind_canary_queries",
+                            "queries of the running canary, by arm (0 when none runs)",
+                            tag_keys=("arm", "candidate"))
+        self._canary_tags: list[dict] = []
         self.retries = Counter("inframind_agent_call_retries_total",
                                "agent calls sent again after their replica died",
                                tag_keys=("model",))
@@ -69,6 +74,18 @@ class OrchestratorMetrics:
         if tags is not None:
             self.version.set(1.0, tags=tags)
         self._version_tags = tags
+
+    def set_canary(self, candidate: str | None, routed: dict[str, int]) -> None:
+        """Queries routed to each arm of the running canary (a finished one's drop to 0)."""
+        for tags in self._canary_tags:
+            if tags["candidate"] != candidate:
+                self.canary.set(0.0, tags=tags)
+        self._canary_tags = []
+        if candidate is not None:
+            for arm, n in routed.items():
+                tags = {"arm": arm, "candidate": candidate}
+                self.canary.set(float(n), tags=tags)
+                self._canary_tags.append(tags)
 
 
 class ReplicaMetrics:

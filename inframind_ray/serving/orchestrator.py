@@ -29,6 +29,7 @@ from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.replica.predict import fastest_finish_in_s, too_late
 from inframind_ray.serving.backend import ServeBackend
+from inframind_ray.serving.canary import CanaryRunner
 from inframind_ray.serving.engines.base import GenerateResult
 from inframind_ray.serving.metrics import OrchestratorMetrics
 from inframind_ray.serving.records import RecordWriter
@@ -74,10 +75,12 @@ class Orchestrator:
         self.served = 0
         self.counters: Counter[str] = Counter()  # agent_call_retries, agent_calls_lost
         self.metrics = OrchestratorMetrics()
+        self.canary = CanaryRunner(self.registry, s.canary, self.metrics)  # serving/canary.py
         self._handles: dict | None = None
         self.tracing = Tracing(otel)
         self._embedder_ready: asyncio.Future | None = None
         self._policy(self.default_policy)  # fail early on a bad default
+        self._resume_canary()  # a restarted orchestrator takes up the registry's canary
         self._gauges_at = 0.0  # when the orchestrator's gauges were last set (_refresh_gauges)
         self._controller: ExecutionController | None = None
         if s.controller == "on":  # fail early on a bad checkpoint
@@ -134,7 +137,9 @@ class Orchestrator:
             return
         self._registry_stamp = stamp
         try:
-            active = self.registry.state().active
+            st = self.registry.state()
+            self.canary.sync(st.canary, self.policy_version, self.pool_info)
+            active = st.active
             if active is None or active == self.policy_version:
                 return
             policy = self.registry.check(active, self.pool_info)
@@ -148,6 +153,14 @@ class Orchestrator:
         self.policy_version = active
         self.policy_status = "ok"
         self._gauges_at = 0.0  # show the new version at once
+
+    def _resume_canary(self) -> None:
+        """(Re)start the registry's canary, if any, with empty arms (after a start or a pool
+        change: outcomes on another pool or before a restart are not kept)."""
+        try:
+            self.canary.sync(self.registry.state().canary, self.policy_version, self.pool_info)
+        except RegistryError as e:
+            log.warning("canary not started: %s", e)
 
     def _get_controller(self) -> ExecutionController:
         """The run-time execution controller (loaded once; ``serving.controller_checkpoint`` or
@@ -230,6 +243,7 @@ class Orchestrator:
                 "stale_after_s": self.cfg.serving.stale_after_s, "counters": dict(self.counters),
                 "policy_version": self.policy_version, "policy_pinned": self._pinned(),
                 "policy_note": self.policy_note,
+                **self.canary.describe(),
                 "rollouts": self.rollouts.describe()}
 
     # ------------------------------------------------------------------ policy registry
@@ -241,15 +255,18 @@ class Orchestrator:
             return {"http_status": 500, "error": str(e)}
 
     def policy_op(self, op: str, version: str | None = None) -> dict:
-        """``POST /v1/policies/{promote,rollback,pin,unpin}``: the registry operation, then the
-        new active version served from the next query on (404: no such version; 409: refused,
-        with the one-line reason; the incumbent keeps serving)."""
+        """``POST /v1/policies/{promote,canary,rollback,pin,unpin}``: the registry operation,
+        then the new active version served from the next query on (a canary: the candidate on
+        ``serving.canary.share`` of them) (404: no such version; 409: refused, with the one-line
+        reason; the incumbent keeps serving)."""
         from inframind_ray.policy.registry import VersionNotFound
 
         reg, pool = self.registry, self.pool_info
         try:
             if op == "promote":
                 reg.promote(version or "", pool, actor="api")
+            elif op == "canary":
+                reg.start_canary(version or "", pool, actor="api")
             elif op == "rollback":
                 reg.rollback(pool, actor="api")
             elif op == "pin":
@@ -278,7 +295,8 @@ class Orchestrator:
     def set_pool(self, pool_cfg: dict) -> dict:
         """Change the running pool (a model added or removed): new model cards, the load view
         keeps the snapshots of the models that stay, policies are rebuilt for the new pool from
-        the next query on (queries in flight finish with the pool they started with)."""
+        the next query on (queries in flight finish with the pool they started with); a
+        running canary starts afresh."""
         cfg = PoolConfig.model_validate(pool_cfg)
         self.cfg = cfg
         self.pool_info = build_pool_info(cfg)
@@ -286,7 +304,9 @@ class Orchestrator:
         self.policies.clear()
         self.policy_status = "ok"
         self._handles = None
+        self.canary.reset()  # its arms' outcomes were on the old pool
         self._policy(self.default_policy)
+        self._resume_canary()
         self.metrics.set_policy(self.default_policy, self.policy_status)
         return self.state()
 
@@ -383,7 +403,13 @@ class Orchestrator:
         refusal = self._admit(q)
         if refusal is not None:
             return refusal
-        ep, served = self._recording(q, policy)
+        version = self.policy_version
+        canaried = (self.canary.running is not None
+                    and policy is self.policies.get(LearnedPolicy.name))
+        to_candidate = canaried and self.canary.route(q.query_id)
+        if to_candidate:
+            policy, version = self.canary.policy, self.canary.running.candidate
+        ep, served = self._recording(q, policy, version)
         self.inflight += 1
         self.metrics.inflight.set(self.inflight)
 
@@ -409,8 +435,13 @@ class Orchestrator:
             self.metrics.inflight.set(self.inflight)
         if ep is not None:
             self.rollouts.finish(ep, res, correct)
+        if canaried and self.canary.observe(to_candidate, bool(res.within_budget), correct,
+                                            self.pool_info):
+            self._sync_registry()  # a promotion serves from the next query on
         self.served += 1
-        return self._respond(res, policy.name, correct)
+        out = self._respond(res, policy.name, correct)
+        out["policy_version"] = version if policy.name == LearnedPolicy.name else None
+        return out
 
     def _admit(self, q: QueryInfo) -> dict | None:
         """The ingress's admission by predicted finish (``replica.predict``, the replicas'
@@ -428,14 +459,16 @@ class Orchestrator:
                 "error": f"no model is predicted to answer within the budget: the fastest "
                          f"finishes in {finish:.3g} s, budget {q.budget_s:g} s"}
 
-    def _recording(self, q: QueryInfo, policy: Policy):  # noqa: ANN202
-        """(episode, the policy to run): the learned registry policy wrapped to record its
-        decisions when rollouts are on; (None, policy) otherwise."""
-        if not (self.cfg.serving.rollouts.enabled and self.policy_version is not None
-                and policy is self.policies.get(LearnedPolicy.name)):
+    def _recording(self, q: QueryInfo, policy: Policy, version: str | None):  # noqa: ANN202
+        """(episode, the policy to run): the learned registry policy (``version``: the active
+        one, or the canary's candidate) wrapped to record its decisions when rollouts are on;
+        (None, policy) otherwise."""
+        if not (self.cfg.serving.rollouts.enabled and version is not None
+                and (policy is self.policies.get(LearnedPolicy.name)
+                     or policy is self.canary.policy)):
             return None, policy
         models = self.loads.system_state().models.values()
-        ep = self.rollouts.start(q, self.policy_version, (
+        ep = self.rollouts.start(q, version, (
             self.inflight, sum(m.waiting for m in models), sum(m.running for m in models)))
         if ep is None:
             return None, policy

@@ -1,0 +1,95 @@
+"""The twin replay gate: a candidate policy version against the incumbent on validation items,
+paired (same items, budgets and arrivals) in the twin built from the pool's live state (its
+current model cards and profiles), with the one-sided non-inferiority test of
+``policy/gate_stats.py`` on goodput and SLO attainment. The result goes into the candidate's
+``meta.json`` (``gates.replay``)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from inframind_ray import assumptions as A
+from inframind_ray.bench.runner import CellSpec, run_cell
+from inframind_ray.config import PoolConfig
+from inframind_ray.policy.gate_stats import paired_noninferiority
+from inframind_ray.policy.registry import PolicyRegistry, RegistryError
+from inframind_ray.tasks.workload import MMLU_ONLY, WorkloadSpec
+
+METRICS = ("goodput", "slo_attainment")
+
+
+class ReplayGateConfig(BaseModel):
+    """The gate's workload and test (docs/continual.md says why these defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+    n_queries: int = Field(300, ge=10, le=100_000)
+    rate_per_min: float = Field(60.0, gt=0)
+    split: str = "val"  # never the training items
+    seed: int = 0
+    tasks: tuple[tuple[str, float], ...] = MMLU_ONLY
+    budget_range_s: tuple[float, float] = A.BUDGET_RANGE_S  # scale it with a pool's time_scale
+    tolerance: float = Field(0.02, ge=0, lt=1)
+    alpha: float = Field(0.05, gt=0, lt=0.5)  # per metric, one-sided
+
+
+def _outcomes(rows: list[dict]) -> dict[str, dict[str, float]]:
+    return {r["query_id"]: {"goodput": float(r["correct"] and r["within_budget"]),
+                            "slo_attainment": float(r["within_budget"])} for r in rows}
+
+
+def replay_gate(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
+                incumbent: str | None = None, cfg: ReplayGateConfig | None = None,
+                record: bool = True) -> dict:
+    """Run the gate (the incumbent defaults to the active version); the result, also written
+    into the candidate's gate results when ``record``. ``passed``: non-inferior on every
+    metric. RegistryError (one line) for an unknown version or no incumbent."""
+    cfg = cfg or ReplayGateConfig()
+    incumbent = incumbent or registry.state().active
+    if incumbent is None:
+        raise RegistryError("no incumbent: the registry has no active version")
+    if cfg.split == "train":
+        raise RegistryError("the replay gate never runs on training items")
+    wl = WorkloadSpec(rate_per_min=cfg.rate_per_min, n_queries=cfg.n_queries, split=cfg.split,
+                      seed=cfg.seed, tasks=tuple(cfg.tasks),
+                      budget_range_s=tuple(cfg.budget_range_s))
+    wl.validate()
+    t0 = time.time()
+    cells = {}
+    for arm, version in (("incumbent", incumbent), ("candidate", candidate)):
+        path = registry.path(version)
+        cells[arm] = run_cell(CellSpec(pool=pool, policy="inframind", workload=wl,
+                                       checkpoint=str(path)))
+    inc, cand = (_outcomes(cells[a].queries) for a in ("incumbent", "candidate"))
+    ids = sorted(set(inc) & set(cand))
+    tests = [paired_noninferiority(m, np.array([cand[i][m] for i in ids]),
+                                   np.array([inc[i][m] for i in ids]), cfg.tolerance,
+                                   cfg.alpha).as_dict() for m in METRICS]
+    out = {"passed": all(t["passed"] for t in tests), "candidate": candidate,
+           "incumbent": incumbent, "pool": pool.name,
+           "pool_models": [m.name for m in pool.models], "config": cfg.model_dump(mode="json"),
+           "tests": tests, "wall_s": round(time.time() - t0, 2), "at": round(time.time(), 3)}
+    if record:
+        registry.record_gate(candidate, "replay", out)
+    return out
+
+
+def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
+                     cfg: ReplayGateConfig | None = None, canary: bool = True) -> dict:
+    """The automatic path of a new candidate: the replay gate, then (if it passed and
+    ``canary``) the canary request to the serving pool. Returns the gate's result with
+    ``canary``: "requested", or why not (failed gate, pinned version, a canary running)."""
+    out = replay_gate(pool, registry, candidate, cfg=cfg)
+    if not out["passed"]:
+        out["canary"] = "not requested: the replay gate failed"
+    elif canary:
+        from inframind_ray.pools.cards import build_pool_info
+
+        try:
+            registry.start_canary(candidate, build_pool_info(pool), actor="learner")
+            out["canary"] = "requested"
+        except RegistryError as e:
+            out["canary"] = f"not requested: {e}"
+    return out
