@@ -225,6 +225,19 @@ def test_ensemble_checkpoint_round_trip(tmp_path):
     np.testing.assert_allclose(again.score(x[:5]), p.min(0), rtol=1e-5, atol=1e-6)
 
 
+def test_traces_from_several_folders_keep_their_queries_apart(tmp_path):
+    """Two trace folders with the same query ids (cells of other seeds): read together, the
+    rows stay apart by folder, so held-out splits and query counts do not mix them."""
+    from inframind_ray.bench.controller_fit import load_traces, query_key, save_traces
+
+    row = {"policy": "moa", "rate_per_min": 20.0, "query_id": "q0", "delta": 0.1, "x": []}
+    save_traces(tmp_path / "a", [row], [row])
+    save_traces(tmp_path / "b", [row, row], [row])
+    train, val = load_traces([tmp_path / "a", tmp_path / "b"])
+    assert len(train) == 3 and len(val) == 2
+    assert len({query_key(r) for r in train}) == 2 == len({query_key(r) for r in val})
+
+
 def test_vote_uses_the_family_equivalence():
     """MATH answers vote by mathematical equality (1/2 and 0.5 are one answer); ties go to the
     group that finished last; no answer, no vote."""

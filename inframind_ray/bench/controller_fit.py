@@ -73,21 +73,27 @@ def save_traces(path, train: list[dict], val: list[dict]) -> None:  # noqa: ANN0
                 f.write(json.dumps(r) + "\n")
 
 
-def load_traces(path) -> tuple[list[dict], list[dict]]:  # noqa: ANN001 - a Path
-    """(train, val) trace rows written by :func:`save_traces`."""
+def load_traces(path) -> tuple[list[dict], list[dict]]:  # noqa: ANN001 - a Path or several
+    """(train, val) trace rows written by :func:`save_traces`; from several folders (a list),
+    their rows together, each tagged with its folder's index (``trace_set``)."""
     import json
     from pathlib import Path
 
-    out = []
-    for name in ("train", "val"):
-        with open(Path(path) / f"traces_{name}.jsonl") as f:
-            out.append([json.loads(line) for line in f])
+    paths = path if isinstance(path, list | tuple) else [path]
+    out: list[list[dict]] = [[], []]
+    for k, p in enumerate(paths):
+        for j, name in enumerate(("train", "val")):
+            with open(Path(p) / f"traces_{name}.jsonl") as f:
+                out[j] += [{**json.loads(line), **({"trace_set": k} if k else {})}
+                           for line in f]
     return out[0], out[1]
 
 
 def query_key(row: dict) -> str:
-    """A trace row's query across cells (query ids repeat from cell to cell)."""
-    return f"{row.get('policy')}/{row.get('rate_per_min')}/{row['query_id']}"
+    """A trace row's query across cells (query ids repeat from cell to cell, and from one
+    trace folder to the next)."""
+    return (f"{row.get('trace_set', 0)}/{row.get('policy')}/{row.get('rate_per_min')}/"
+            f"{row['query_id']}")
 
 
 def arrays(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:

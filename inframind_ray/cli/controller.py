@@ -50,10 +50,10 @@ def fit(
                                       "(validation traces use seed + 1)")] = 0,
     jobs: Annotated[int, typer.Option(help="parallel processes (0 = all cores)")] = 0,
     out: Annotated[Path, typer.Option(help="checkpoint folder")] = Path("runs/controller"),
-    traces: Annotated[Path | None, typer.Option(
-        help="fit on the traces a previous run wrote (its TRACES/traces_train.jsonl and "
-             "traces_val.jsonl) instead of collecting them; otherwise they are written to "
-             "OUT/traces")] = None,
+    traces: Annotated[str | None, typer.Option(
+        help="fit on the traces previous runs wrote (TRACES/traces_train.jsonl and "
+             "traces_val.jsonl; several folders comma-separated, e.g. extra low-load traces) "
+             "instead of collecting them; otherwise they are written to OUT/traces")] = None,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
     """Trace full-graph executions in the twin on the TRAIN split of the mixed workload
@@ -120,7 +120,7 @@ def fit(
     t0 = time.perf_counter()
     if traces is not None:
         try:
-            train, val = load_traces(traces)
+            train, val = load_traces([Path(t.strip()) for t in traces.split(",") if t.strip()])
         except (OSError, ValueError) as e:
             raise ConfigError("traces", f"cannot read traces under {traces}: {e}") from None
     else:
@@ -140,6 +140,8 @@ def fit(
         # the previous recipe on the same traces, for comparison: one MLP, no prior features
         base = fit_mlp(x[:, :BASE_FEATURES], y, spec, groups=groups)
     doc = report(spec, model, train, val, time.perf_counter() - t0, (base, BASE_FEATURES))
+    if traces is not None:
+        doc = {"traces": traces, **doc}
     model.save(out, {"report": "report.json", "pool": pool, "policies": list(pols),
                      "rates": list(rate_vals), "queries_per_cell": queries,
                      "duration_s": duration, "seed": seed})
