@@ -8,8 +8,10 @@ predicts the control advantage
 
     delta_k = R(stop now, with the vote over the finished answers) - R(run the rest)
 
-with a small MLP (fitted by MSE regression on twin traces of full executions, see
-``bench/controller_fit.py``) and says stop when ``delta_k > threshold`` (0). The runner then
+with an ensemble of small MLPs (each fitted by MSE regression on twin traces of full executions,
+see ``bench/controller_fit.py``; inputs include the prior accuracy of the models that agree and
+of those still pending) and says stop when its rule's statistic exceeds ``threshold`` (0): with
+rule ``all``, every member's delta. The runner then
 cancels the pending calls (the backends abort their engine requests) and the answer is the vote
 over what finished (:func:`vote`).
 
