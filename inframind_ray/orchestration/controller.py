@@ -169,7 +169,9 @@ def make_input(query, plan, graph: WorkflowGraph, done: Sequence[tuple[int, str 
     if models is not None and pool is not None:
         def prior(node: int) -> float | None:
             m = models.get(node)
-            return None if m is None else float(pool[m].expected_accuracy(query))
+            names = pool.names
+            return None if m is None or m not in names else float(
+                pool[m].expected_accuracy(query))
 
         priors = tuple(prior(i) for i, _ in done)
         pending = tuple(prior(n.id) for n in graph.nodes if n.id not in ids)
