@@ -10,7 +10,7 @@ and how often it stops where stopping loses (a realised delta < 0)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -46,6 +46,8 @@ class FitSpec:
     lr: float = 1e-3
     weight_decay: float = 1e-3
     reward: ControllerReward = ControllerReward()
+    members: int = 5  # ensemble members: seeds seed, seed+1, ... (each its own held-out part)
+    rule: str = "all"  # stop iff every member's delta > 0 ("mean": their mean > 0)
 
 
 def collect(spec: FitSpec, split: str, seed: int, jobs: int | None, progress: bool
@@ -71,21 +73,27 @@ def save_traces(path, train: list[dict], val: list[dict]) -> None:  # noqa: ANN0
                 f.write(json.dumps(r) + "\n")
 
 
-def load_traces(path) -> tuple[list[dict], list[dict]]:  # noqa: ANN001 - a Path
-    """(train, val) trace rows written by :func:`save_traces`."""
+def load_traces(path) -> tuple[list[dict], list[dict]]:  # noqa: ANN001 - a Path or several
+    """(train, val) trace rows written by :func:`save_traces`; from several folders (a list),
+    their rows together, each tagged with its folder's index (``trace_set``)."""
     import json
     from pathlib import Path
 
-    out = []
-    for name in ("train", "val"):
-        with open(Path(path) / f"traces_{name}.jsonl") as f:
-            out.append([json.loads(line) for line in f])
+    paths = path if isinstance(path, list | tuple) else [path]
+    out: list[list[dict]] = [[], []]
+    for k, p in enumerate(paths):
+        for j, name in enumerate(("train", "val")):
+            with open(Path(p) / f"traces_{name}.jsonl") as f:
+                out[j] += [{**json.loads(line), **({"trace_set": k} if k else {})}
+                           for line in f]
     return out[0], out[1]
 
 
 def query_key(row: dict) -> str:
-    """A trace row's query across cells (query ids repeat from cell to cell)."""
-    return f"{row.get('policy')}/{row.get('rate_per_min')}/{row['query_id']}"
+    """A trace row's query across cells (query ids repeat from cell to cell, and from one
+    trace folder to the next)."""
+    return (f"{row.get('trace_set', 0)}/{row.get('policy')}/{row.get('rate_per_min')}/"
+            f"{row['query_id']}")
 
 
 def arrays(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -95,9 +103,30 @@ def arrays(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def fit_ensemble(x: np.ndarray, y: np.ndarray, spec: FitSpec,
+                 on_epoch: Callable[[int, int, float], None] | None = None,
+                 groups: np.ndarray | None = None) -> ControllerModel:
+    """``spec.members`` MLPs (:func:`fit`), member j with seed ``spec.seed + j``: its own
+    initialisation, minibatch order and held-out 20 % of the TRAIN queries, so each learns
+    from another 80 %. One input standardisation (all TRAIN rows) for all; ``spec.rule``."""
+    mean = x.mean(0).astype(np.float32)
+    std = np.where(x.std(0) > 1e-6, x.std(0), 1.0).astype(np.float32)
+    nets = []
+    for j in range(spec.members):
+        m = fit(x, y, replace(spec, seed=spec.seed + j),
+                None if on_epoch is None else (lambda e, loss, j=j: on_epoch(j, e, loss)),
+                groups, (mean, std))
+        nets.append(m)
+    model = ControllerModel(nets[0].weights, mean, std, spec.reward, more=[
+        n.weights for n in nets[1:]], rule=spec.rule)
+    model.meta = {"members": [n.meta for n in nets]}
+    return model
+
+
 def fit(x: np.ndarray, y: np.ndarray, spec: FitSpec,
         on_epoch: Callable[[int, float], None] | None = None,
-        groups: np.ndarray | None = None) -> ControllerModel:
+        groups: np.ndarray | None = None,
+        scale: tuple[np.ndarray, np.ndarray] | None = None) -> ControllerModel:
     """Minibatch Adam on MSE, seeded. A share ``spec.holdout`` of the TRAIN queries
     (``groups``: a query id per row; rows of one query stay together) is held out: training
     stops after ``spec.patience`` epochs without a lower held-out MSE and keeps the best
@@ -113,8 +142,8 @@ def fit(x: np.ndarray, y: np.ndarray, spec: FitSpec,
     held = np.array([g in held_ids for g in (groups if groups is not None
                                              else np.arange(len(x)))])
     fit_x = x[~held]
-    mean = fit_x.mean(0)
-    std = np.where(fit_x.std(0) > 1e-6, fit_x.std(0), 1.0).astype(np.float32)
+    mean, std = scale if scale is not None else (
+        fit_x.mean(0), np.where(fit_x.std(0) > 1e-6, fit_x.std(0), 1.0).astype(np.float32))
     xs = torch.from_numpy(((x - mean) / std).astype(np.float32))
     ys = torch.from_numpy(y.astype(np.float32))
     xt, yt = xs[torch.from_numpy(~held)], ys[torch.from_numpy(~held)]
@@ -156,12 +185,30 @@ def fit(x: np.ndarray, y: np.ndarray, spec: FitSpec,
     return model
 
 
-def evaluate(model: ControllerModel, rows: list[dict]) -> dict:
-    """Regression error and what the stop rule would have done on trace rows."""
+LOW_LOAD = 30.0
+"""Rates up to this (req/min) are the issue's low load (10-30 req/min)."""
+
+
+def evaluate(model: ControllerModel, rows: list[dict], columns: int | None = None) -> dict:
+    """Regression error of the members' mean and what the stop rule (``model.score > 0``)
+    would have done on trace rows: overall, and at low load (rates <= LOW_LOAD) and above.
+    ``columns``: use only the first so many features (a model fitted without the rest)."""
+    out = _evaluate(model, rows, columns)
+    for name, keep in (("low_load", lambda r: r.get("rate_per_min", 0) <= LOW_LOAD),
+                       ("high_load", lambda r: r.get("rate_per_min", 0) > LOW_LOAD)):
+        part = [r for r in rows if keep(r)]
+        if part:
+            out[name] = _evaluate(model, part, columns)
+    return out
+
+
+def _evaluate(model: ControllerModel, rows: list[dict], columns: int | None) -> dict:
     x, y = arrays(rows)
+    if columns is not None:
+        x = x[:, :columns]
     pred = model.predict(x)
     err = pred - y
-    stop = pred > 0
+    stop = model.score(x) > 0
     first_stop: dict[str, dict] = {}  # the rule stops a query at its first positive prefix
     for r, s in zip(rows, stop, strict=True):
         if s and query_key(r) not in first_stop:
@@ -187,21 +234,29 @@ def evaluate(model: ControllerModel, rows: list[dict]) -> dict:
                                                for r in stops)) / max(1, len(queries)), 3),
         "latency_saved_s_per_stop": round(float(np.mean(
             [r["latency_s"] - r["elapsed_s"] for r in stops])), 3) if stops else None,
+        # the rule's value: realised delta of its stops summed over all queries (0: no stop)
+        "gain_per_query": round(sum(r["delta"] for r in stops) / max(1, len(queries)), 5),
     }
 
 
 def report(spec: FitSpec, model: ControllerModel, train: list[dict], val: list[dict],
-           wall_s: float) -> dict:
-    """The fit's report.json: settings, then the error on train and validation traces."""
+           wall_s: float, baseline: tuple[ControllerModel, int] | None = None) -> dict:
+    """The fit's report.json: settings, then the error on train and validation traces (and
+    those of ``baseline``, a model on the first ``columns`` features, for comparison)."""
+    extra = {} if baseline is None else {"baseline": {
+        "what": "the previous recipe on the same traces: one MLP, no prior features, rule mean",
+        "train": evaluate(baseline[0], train, baseline[1]),
+        "validation": evaluate(baseline[0], val, baseline[1])}}
     return {
         "pool": spec.pool_source, "policies": list(spec.policies), "rates": list(spec.rates),
         "queries_per_cell": spec.queries, "duration_s": spec.duration_s,
         "tasks": dict(spec.tasks),
         "seeds": {"train": spec.seed, "val": spec.val_seed},
         "reward": {"lam": spec.reward.lam, "mu": spec.reward.mu},
+        "ensemble": {"members": spec.members, "rule": spec.rule},
         "mlp": {"hidden": [spec.hidden, spec.hidden], "max_epochs": spec.epochs,
                 "patience": spec.patience, "holdout": spec.holdout, "lr": spec.lr,
                 "weight_decay": spec.weight_decay, **model.meta},
         "train": evaluate(model, train), "validation": evaluate(model, val),
-        "wall_s": round(wall_s, 1),
+        **extra, "wall_s": round(wall_s, 1),
     }

@@ -40,14 +40,20 @@ def fit(
         help="time-use weight of the reward: R = quality - lam * lateness - mu * latency / "
              "budget (0: the learning room's reward exactly)")] = 0.1,
     lam: Annotated[float, typer.Option(help="lateness weight lambda of the reward")] = 1.0,
+    members: Annotated[int, typer.Option(
+        help="ensemble members (MLPs with seeds seed, seed+1, ..., each with its own held-out "
+             "20 % of the TRAIN queries)")] = 5,
+    rule: Annotated[str, typer.Option(
+        help="decision rule: all (stop only when every member predicts delta > 0, the "
+             "ensemble's lower bound) or mean (their mean > 0)")] = "all",
     seed: Annotated[int, typer.Option(help="seed of the train-split traces and the fit "
                                       "(validation traces use seed + 1)")] = 0,
     jobs: Annotated[int, typer.Option(help="parallel processes (0 = all cores)")] = 0,
     out: Annotated[Path, typer.Option(help="checkpoint folder")] = Path("runs/controller"),
-    traces: Annotated[Path | None, typer.Option(
-        help="fit on the traces a previous run wrote (its TRACES/traces_train.jsonl and "
-             "traces_val.jsonl) instead of collecting them; otherwise they are written to "
-             "OUT/traces")] = None,
+    traces: Annotated[str | None, typer.Option(
+        help="fit on the traces previous runs wrote (TRACES/traces_train.jsonl and "
+             "traces_val.jsonl; several folders comma-separated, e.g. extra low-load traces) "
+             "instead of collecting them; otherwise they are written to OUT/traces")] = None,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
     """Trace full-graph executions in the twin on the TRAIN split of the mixed workload
@@ -66,6 +72,7 @@ def fit(
         FitSpec,
         arrays,
         collect,
+        fit_ensemble,
         load_traces,
         query_key,
         report,
@@ -73,7 +80,11 @@ def fit(
     )
     from inframind_ray.bench.controller_fit import fit as fit_mlp
     from inframind_ray.config import load_pool
-    from inframind_ray.orchestration.controller import ControllerReward
+    from inframind_ray.orchestration.controller import (
+        BASE_FEATURES,
+        RULES,
+        ControllerReward,
+    )
     from inframind_ray.policy.baselines import POLICIES
 
     pols = tuple(p.strip() for p in policies.split(",") if p.strip())
@@ -95,9 +106,13 @@ def fit(
         raise ConfigError("epochs" if epochs < 1 else "hidden", "must be >= 1")
     if mu < 0 or lam < 0:
         raise ConfigError("mu" if mu < 0 else "lam", "must be >= 0")
+    if members < 1:
+        raise ConfigError("members", f"must be >= 1, got {members}")
+    if rule not in RULES:
+        raise ConfigError("rule", f"unknown {rule!r}; expected one of {', '.join(RULES)}")
     spec = FitSpec(load_pool(pool), pool, pols, rate_vals, queries, duration, seed=seed,
                    val_seed=seed + 1, hidden=hidden, epochs=epochs,
-                   reward=ControllerReward(lam, mu))
+                   reward=ControllerReward(lam, mu), members=members, rule=rule)
     import time
 
     import numpy as np
@@ -105,7 +120,7 @@ def fit(
     t0 = time.perf_counter()
     if traces is not None:
         try:
-            train, val = load_traces(traces)
+            train, val = load_traces([Path(t.strip()) for t in traces.split(",") if t.strip()])
         except (OSError, ValueError) as e:
             raise ConfigError("traces", f"cannot read traces under {traces}: {e}") from None
     else:
@@ -119,19 +134,27 @@ def fit(
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), disable=not progress) as bar:
         task = bar.add_task("fitting", total=epochs)
-        model = fit_mlp(x, y, spec, groups=groups, on_epoch=lambda e, loss: bar.update(
-            task, completed=e + 1, description=f"fitting (held-out MSE {loss:.4f})"))
-    doc = report(spec, model, train, val, time.perf_counter() - t0)
+        model = fit_ensemble(x, y, spec, groups=groups, on_epoch=lambda j, e, loss: bar.update(
+            task, completed=e + 1,
+            description=f"fitting member {j + 1}/{members} (held-out MSE {loss:.4f})"))
+        # the previous recipe on the same traces, for comparison: one MLP, no prior features
+        base = fit_mlp(x[:, :BASE_FEATURES], y, spec, groups=groups)
+    doc = report(spec, model, train, val, time.perf_counter() - t0, (base, BASE_FEATURES))
+    if traces is not None:
+        doc = {"traces": traces, **doc}
     model.save(out, {"report": "report.json", "pool": pool, "policies": list(pols),
                      "rates": list(rate_vals), "queries_per_cell": queries,
                      "duration_s": duration, "seed": seed})
     (out / "report.json").write_text(json.dumps(doc, indent=1) + "\n")
-    for name in ("train", "validation"):
-        r = doc[name]
-        console.print(f"{name:10s} {r['rows']:6d} prefixes of {r['queries']:5d} queries: MSE "
+    rows = [(n, doc[n]) for n in ("train", "validation")] + [
+        (f"baseline {n}", doc["baseline"][n]) for n in ("train", "validation")]
+    for name, r in rows:
+        console.print(f"{name:19s} {r['rows']:6d} prefixes of {r['queries']:5d} queries: MSE "
                       f"{r['mse']:.4f} (predicting the mean: {r['mse_predict_mean']:.4f}), MAE "
                       f"{r['mae']:.4f}, R2 {r['r2']:.3f}, sign agreement "
                       f"{100 * r['sign_agreement']:.1f} %; the rule stops "
-                      f"{100 * r['stopped_queries']:.1f} % of queries")
+                      f"{100 * r['stopped_queries']:.1f} % of queries, gain per query "
+                      f"{r['gain_per_query']:+.4f}, accuracy lost {r['accuracy_lost_pp']:+.2f} "
+                      f"pp (low load {r.get('low_load', {}).get('accuracy_lost_pp', 0):+.2f})")
     console.print(f"wrote {out}/controller.safetensors, spec.json, report.json "
                   f"({doc['wall_s']:.0f} s)")

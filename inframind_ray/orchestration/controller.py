@@ -8,8 +8,10 @@ predicts the control advantage
 
     delta_k = R(stop now, with the vote over the finished answers) - R(run the rest)
 
-with a small MLP (fitted by MSE regression on twin traces of full executions, see
-``bench/controller_fit.py``) and says stop when ``delta_k > threshold`` (0). The runner then
+with an ensemble of small MLPs (each fitted by MSE regression on twin traces of full executions,
+see ``bench/controller_fit.py``; inputs include the prior accuracy of the models that agree and
+of those still pending) and says stop when its rule's statistic exceeds ``threshold`` (0): with
+rule ``all``, every member's delta. The runner then
 cancels the pending calls (the backends abort their engine requests) and the answer is the vote
 over what finished (:func:`vote`).
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -38,7 +40,7 @@ from inframind_ray.tasks.registry import FAMILIES
 
 DEFAULT_CONTROLLER = Path(__file__).resolve().parent.parent / "data" / "controller"
 """The shipped fitted controller (``inframind controller fit``; docs/controller.md)."""
-FORMAT = "inframind-controller/1"
+FORMAT = "inframind-controller/2"  # /2: ensemble members, rule, model priors
 EMBED_DIMS = 8  # the query embedding enters through a fixed random projection to this many dims
 
 
@@ -140,6 +142,13 @@ class ControllerInput:
     waiting_per_replica: float = 0.0
     running_per_replica: float = 0.0
     embedding: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # the models behind the answers: each finished node's prior accuracy on the query's family
+    # and category (its model card, TRAIN split; finish order, as ``answers``), and that of
+    # each pending node whose model is chosen (None: not chosen yet, as an aggregator that
+    # starts once its inputs are in); empty when the caller knows no models
+    priors: tuple[float | None, ...] = ()
+    pending_priors: tuple[float | None, ...] = ()
+    pool_prior: float = 0.0  # the best prior accuracy among the pool's models
 
     @property
     def vote(self) -> Vote:
@@ -148,10 +157,25 @@ class ControllerInput:
 
 
 def make_input(query, plan, graph: WorkflowGraph, done: Sequence[tuple[int, str | None]],
-               now: float, state: SystemState) -> ControllerInput:
+               now: float, state: SystemState, models: Mapping[int, str] | None = None,
+               pool=None) -> ControllerInput:  # noqa: ANN001 - a PoolInfo
     """The controller's input from the runner's view (``query``: a QueryInfo, ``plan``: a Plan,
-    ``done``: (node id, answer) in finish order, ``now`` on the query's clock)."""
+    ``done``: (node id, answer) in finish order, ``now`` on the query's clock; ``models``: the
+    model chosen for each node so far and ``pool`` (a PoolInfo) its card, for the priors)."""
     ids = {i for i, _ in done}
+    priors: tuple[float | None, ...] = ()
+    pending: tuple[float | None, ...] = ()
+    pool_prior = 0.0
+    if models is not None and pool is not None:
+        def prior(node: int) -> float | None:
+            m = models.get(node)
+            names = pool.names
+            return None if m is None or m not in names else float(
+                pool[m].expected_accuracy(query))
+
+        priors = tuple(prior(i) for i, _ in done)
+        pending = tuple(prior(n.id) for n in graph.nodes if n.id not in ids)
+        pool_prior = max(float(m.expected_accuracy(query)) for m in pool.models)
     up: dict[int, int] = {}
     for n in graph.nodes:  # topological: the longest chain of finished nodes ending at n
         up[n.id] = (1 + max((up[d] for d in n.deps), default=0)) if n.id in ids else 0
@@ -167,7 +191,7 @@ def make_input(query, plan, graph: WorkflowGraph, done: Sequence[tuple[int, str 
         kv_usage=float(np.mean([s.kv_usage for s in snaps])) if snaps else 0.0,
         waiting_per_replica=sum(s.waiting for s in snaps) / reps,
         running_per_replica=sum(s.running for s in snaps) / reps,
-        embedding=query.embedding)
+        embedding=query.embedding, priors=priors, pending_priors=pending, pool_prior=pool_prior)
 
 
 def is_decision_point(graph: WorkflowGraph, node_id: int) -> bool:
@@ -184,6 +208,15 @@ FEATURE_NAMES = (
     "n_answers", "n_missing", "n_groups", "top_share", "top_count", "runner_up", "latest_agrees",
     "kv_usage", "waiting", "running",
     *(f"emb{i}" for i in range(EMBED_DIMS)),
+)
+BASE_FEATURES = len(FEATURE_NAMES)
+"""The features of the first shipped controller (inframind-controller/1); those after them name
+the models that agree."""
+FEATURE_NAMES = (
+    *FEATURE_NAMES,
+    # the models that agree (docs/controller.md): prior accuracies from the model cards
+    "priors_known", "agree_prior_max", "agree_prior_mean", "other_prior_max",
+    "pending_prior_max", "pending_undecided", "pending_gap", "pool_prior",
 )
 
 
@@ -218,37 +251,92 @@ def features(inp: ControllerInput) -> np.ndarray:
         inp.kv_usage, float(np.log1p(inp.waiting_per_replica)),
         float(np.log1p(inp.running_per_replica)),
     ]
-    return np.concatenate([np.asarray(x, np.float32), emb])
+    return np.concatenate([np.asarray(x, np.float32), emb, prior_features(inp)])
+
+
+def prior_features(inp: ControllerInput) -> np.ndarray:
+    """Who agrees: the prior accuracies (model cards) of the winning group's models, of the
+    other finished answers, of the pending nodes whose model is chosen (and how many are not
+    chosen yet), the gap between the best pending and the best agreeing model, and the pool's
+    best. Zeros when the input names no models."""
+    if not inp.priors:
+        return np.zeros(8, np.float32)
+    support = set(inp.vote.support)
+    agree = [p for i, p in zip(inp.done_ids, inp.priors, strict=True)
+             if i in support and p is not None]
+    other = [p for i, p, a in zip(inp.done_ids, inp.priors, inp.answers, strict=True)
+             if i not in support and a is not None and p is not None]
+    pend = [p for p in inp.pending_priors if p is not None]
+    a_max = max(agree, default=0.0)
+    p_max = max(pend, default=0.0)
+    return np.asarray([
+        1.0, a_max, float(np.mean(agree)) if agree else 0.0, max(other, default=0.0), p_max,
+        sum(p is None for p in inp.pending_priors) / MAX_AGENTS,
+        p_max - a_max if pend else 0.0, inp.pool_prior,
+    ], np.float32)
 
 
 # ---------------------------------------------------------------------------------- the model
+RULES = ("mean", "all")
+"""Decision rules: ``mean`` stops when the members' mean delta exceeds the threshold; ``all``
+only when every member's does (the ensemble's lower bound: a stop needs no member to doubt it)."""
+
+
 @dataclass(frozen=True)
 class ControllerDecision:
     """What the controller said at one finished node."""
 
     node_id: int  # the node whose end prompted the decision
-    delta: float  # predicted control advantage of stopping now
+    delta: float  # the rule's statistic of the predicted control advantage (stop iff > 0)
     stop: bool
+
+
+Layers = list[tuple[np.ndarray, np.ndarray]]  # (W: in x out, b: out) per layer
+
+
+def _forward(layers: Layers, h: np.ndarray) -> np.ndarray:
+    for i, (w, b) in enumerate(layers):
+        h = h @ w + b
+        if i < len(layers) - 1:
+            h = np.maximum(h, 0.0)
+    return h[..., 0]
 
 
 @dataclass
 class ControllerModel:
-    """The fitted MLP (ReLU hidden layers) with its input standardisation, as numpy arrays."""
+    """The fitted MLP (ReLU hidden layers) with its input standardisation, as numpy arrays; an
+    ensemble when ``more`` holds further members (same inputs, other seeds and data)."""
 
-    weights: list[tuple[np.ndarray, np.ndarray]]  # (W: in x out, b: out) per layer
+    weights: Layers
     mean: np.ndarray
     std: np.ndarray
     reward: ControllerReward = ControllerReward()
     meta: dict = field(default_factory=dict)
+    more: list[Layers] = field(default_factory=list)
+    rule: str = "mean"
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise CheckpointError(f"controller rule {self.rule!r}, expected one of {RULES}")
+
+    @property
+    def members(self) -> list[Layers]:
+        """Every member's layers, the first one first."""
+        return [self.weights, *self.more]
+
+    def predict_members(self, x: np.ndarray) -> np.ndarray:
+        """Each member's predicted delta: (members,) + the batch shape."""
+        h = (np.asarray(x, np.float32) - self.mean) / self.std
+        return np.stack([_forward(m, h) for m in self.members])
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """Predicted delta for a batch (n, features) or one vector."""
-        h = (np.asarray(x, np.float32) - self.mean) / self.std
-        for i, (w, b) in enumerate(self.weights):
-            h = h @ w + b
-            if i < len(self.weights) - 1:
-                h = np.maximum(h, 0.0)
-        return h[..., 0]
+        """Predicted delta (the members' mean) for a batch (n, features) or one vector."""
+        return self.predict_members(x).mean(0)
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        """The decision rule's statistic: the mean (``mean``) or the lowest member (``all``)."""
+        p = self.predict_members(x)
+        return p.min(0) if self.rule == "all" else p.mean(0)
 
     def save(self, path: str | Path, meta: dict | None = None) -> Path:
         """Write ``path/controller.safetensors`` and ``path/spec.json``."""
@@ -257,13 +345,18 @@ class ControllerModel:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         tensors = {"mean": self.mean, "std": self.std}
-        for i, (w, b) in enumerate(self.weights):
-            tensors[f"w{i}"], tensors[f"b{i}"] = w, b
+        for j, layers in enumerate(self.members):
+            pre = f"m{j}." if j else ""
+            for i, (w, b) in enumerate(layers):
+                tensors[f"{pre}w{i}"], tensors[f"{pre}b{i}"] = w, b
         save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()},
                   str(path / "controller.safetensors"))
         spec = {"format": FORMAT, "features": list(FEATURE_NAMES), "layers": len(self.weights),
                 "hidden": [int(w.shape[1]) for w, _ in self.weights[:-1]],
-                "reward": {"lam": self.reward.lam, "mu": self.reward.mu}, **(meta or self.meta)}
+                "members": len(self.members), "rule": self.rule,
+                "reward": {"lam": self.reward.lam, "mu": self.reward.mu},
+                **{k: v for k, v in (meta or self.meta).items()
+                   if k not in ("members", "rule", "format", "features", "layers")}}
         (path / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
         return path
 
@@ -291,15 +384,21 @@ class ControllerModel:
             raise CheckpointError(f"controller {path}: no controller.safetensors") from None
         except Exception as e:  # safetensors raises its own error types on corrupt files
             raise CheckpointError(f"controller {path}: unreadable weights ({e})") from None
-        layers = [(t[f"w{i}"], t[f"b{i}"]) for i in range(int(spec["layers"]))]
+        n_layers, n_members = int(spec["layers"]), int(spec.get("members", 1))
+        try:
+            members = [[(t[f"{p}w{i}"], t[f"{p}b{i}"]) for i in range(n_layers)]
+                       for p in ("", *(f"m{j}." for j in range(1, n_members)))]
+        except KeyError as e:
+            raise CheckpointError(f"controller {path}: no tensor {e} in its weights") from None
         r = spec.get("reward", {})
-        return cls(layers, t["mean"], t["std"], ControllerReward(r.get("lam", 1.0),
-                                                                 r.get("mu", 0.1)), spec)
+        return cls(members[0], t["mean"], t["std"],
+                   ControllerReward(r.get("lam", 1.0), r.get("mu", 0.1)), spec, members[1:],
+                   spec.get("rule", "mean"))
 
 
 class ExecutionController:
-    """Stop when the predicted control advantage exceeds ``threshold``. ``decide`` is a pure
-    function of its input (the same on both clocks)."""
+    """Stop when the model's rule statistic (``ControllerModel.score``) exceeds ``threshold``.
+    ``decide`` is a pure function of its input (the same on both clocks)."""
 
     def __init__(self, model: ControllerModel, threshold: float = 0.0) -> None:
         self.model = model
@@ -315,5 +414,5 @@ class ExecutionController:
         """Stop now? Never without an answer to give."""
         if not any(a is not None for a in inp.answers):
             return ControllerDecision(node_id, float("-inf"), False)
-        delta = float(self.model.predict(features(inp)))
+        delta = float(self.model.score(features(inp)))
         return ControllerDecision(node_id, delta, delta > self.threshold)

@@ -26,7 +26,7 @@ from inframind_ray.core.clock import LOOP_CLOCK, Clock
 from inframind_ray.core.request import ProgramService, RequestStatus
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import AgentNode, Plan, build_graph
-from inframind_ray.core.types import LoadSnapshot, QueryInfo, StepContext, SystemState
+from inframind_ray.core.types import LoadSnapshot, PoolInfo, QueryInfo, StepContext, SystemState
 from inframind_ray.orchestration.controller import (
     ControllerDecision,
     ExecutionController,
@@ -158,6 +158,7 @@ async def run_query(
     tasks: dict[int, asyncio.Task[AgentResult]] = {}
     slots_of: dict[str, list[int]] = {}  # model -> plan slots using it, in decision order
     chosen: list[str] = []  # models of the calls decided so far
+    node_models: dict[int, str] = {}  # node -> its model, once decided (controller priors)
     attained = [0.0]  # engine seconds of the query's calls ended so far (PLAS)
     path: dict[int, float] = {}  # node -> service along its critical path, its own included
     dispatched: set[int] = set()  # nodes whose backend call has been sent
@@ -179,6 +180,7 @@ async def run_query(
         d = await decide_async(ctx) if decide_async is not None else policy.decide(ctx)
         path_in = max((path[u] for u in node.deps), default=0.0)
         chosen.append(d.model)
+        node_models[node.id] = d.model
         slots = slots_of.setdefault(d.model, [])
         if node.slot not in slots:
             slots.append(node.slot)
@@ -219,7 +221,7 @@ async def run_query(
             steps = list(await asyncio.gather(*tasks.values()))
         else:
             return await _controlled(query, plan, graph, tasks, controller, state_fn, clock,
-                                     dispatched)
+                                     dispatched, node_models, policy.pool)
     except asyncio.CancelledError:
         for t in tasks.values():
             t.cancel()
@@ -233,9 +235,11 @@ async def run_query(
 
 async def _controlled(query: QueryInfo, plan: Plan, graph, tasks: dict[int, asyncio.Task],
                       controller: ExecutionController, state_fn: Callable[[], SystemState],
-                      clock: Clock, dispatched: set[int]) -> QueryResult:
+                      clock: Clock, dispatched: set[int], node_models: dict[int, str],
+                      pool: PoolInfo | None) -> QueryResult:
     """Await the nodes as they finish (same-instant ends in node order); after each, ask the
-    controller; on stop, cancel the rest and answer with the vote over the finished answers."""
+    controller (with the nodes' models so far and the pool's cards, for the priors of who
+    agrees); on stop, cancel the rest and answer with the vote over the finished answers."""
     done: list[AgentResult] = []
     decisions: list[ControllerDecision] = []
     pending = set(tasks.values())
@@ -248,7 +252,7 @@ async def _controlled(query: QueryInfo, plan: Plan, graph, tasks: dict[int, asyn
         if not pending or not is_decision_point(graph, last):
             continue
         inp = make_input(query, plan, graph, [(s.node_id, s.answer) for s in done],
-                         clock.now(), state_fn())
+                         clock.now(), state_fn(), node_models, pool)
         d = controller.decide(last, inp)
         decisions.append(d)
         if not d.stop:
