@@ -56,18 +56,18 @@ def latency_terms(
     """
     per_replica = math.ceil((load.running + 1) / max(1, load.replicas))
     batch = max(1, min(info.max_num_seqs, per_replica))
-    kv = load.kv_usage * info.kv_capacity
+    kv_tokens = load.kv_usage * info.kv_capacity
     p = info.profile
-    service = p.iteration_time(prompt_tokens, batch - 1, kv) + max(0.0, out_tokens - 1) * (
-        p.iteration_time(0, batch, kv)
-    )
+    service = p.iteration_time(prompt_tokens, batch - 1, kv_tokens) + max(
+        0.0, out_tokens - 1) * p.iteration_time(0, batch, kv_tokens)
     queued = congestion(info, load, kv)
     if queued <= 0:
         return service, 0.0
     if load.e2e_s <= 0:
         per_request = service
     elif occupancy == "service":
-        per_request = max(load.e2e_s - load.ttft_s, 0.0) + p.iteration_time(prompt_tokens, 0, kv)
+        per_request = (max(load.e2e_s - load.ttft_s, 0.0)
+                       + p.iteration_time(prompt_tokens, 0, kv_tokens))
     else:
         per_request = load.e2e_s
     return service, queued * per_request
