@@ -73,7 +73,7 @@ def targets(rows: list[dict], policy: str) -> list[str]:
              if get[policy, f]["goodput"] < get[b, f]["goodput"]]
     out.append("goodput >= every baseline at every load: "
                + ("holds" if not worse else "misses at " + ", ".join(
-                   f"x{f:g} ({b} {get[b, f]['goodput']:.3f} > {get[policy, f]['goodput']:.3f})"
+                   f"x{f:.3g} ({b} {get[b, f]['goodput']:.3f} > {get[policy, f]['goodput']:.3f})"
                    for f, b in worse)))
     ratios = []
     for f in factors:
@@ -82,16 +82,16 @@ def targets(rows: list[dict], policy: str) -> list[str]:
                   and get[best, f2]["slo_attainment"] < 0.5]
         if fallen:
             g = get[best, f]["goodput"]
-            ratios.append(f"x{f:g} {get[policy, f]['goodput'] / g if g else float('inf'):.2f}x "
+            ratios.append(f"x{f:.3g} {get[policy, f]['goodput'] / g if g else float('inf'):.2f}x "
                           f"{best}")
     out.append(">= 1.5x the best task-only baseline once it is below 50 % SLO: "
                + ("; ".join(ratios) or "no load where it is"))
     idle = factors[0]
     gap = get["always-strongest", idle]["accuracy"] - get[policy, idle]["accuracy"]
-    out.append(f"accuracy at x{idle:g}: {get[policy, idle]['accuracy']:.3f} against "
+    out.append(f"accuracy at x{idle:.3g}: {get[policy, idle]['accuracy']:.3f} against "
                f"always-strongest {get['always-strongest', idle]['accuracy']:.3f} "
                f"({-gap * 100:+.1f} pp)")
-    used = [f"x{f:g} {sum(v >= 0.05 for v in get[policy, f]['model_mix'].values())}"
+    used = [f"x{f:.3g} {sum(v >= 0.05 for v in get[policy, f]['model_mix'].values())}"
             for f in factors]
     out.append("models used >= 5 % of calls: " + ", ".join(used))
     return out
@@ -105,7 +105,7 @@ def bench_table(paths: list[Path]) -> str:
     get = {(r["policy"], r["load_factor"]): r for r in rows}
     cap = meta["capacity"]["capacity_rpm"]
     rates = {f: next(r["rate_per_min"] for r in rows if r["load_factor"] == f) for f in factors}
-    head = ("| policy | " + " | ".join(f"x{f:g} ({rates[f]:.0f}/min)" for f in factors) + " |")
+    head = ("| policy | " + " | ".join(f"x{f:.3g} ({rates[f]:.0f}/min)" for f in factors) + " |")
     out = [f"capacity {cap:g} req/min, {meta['duration_s']:g} s cells, seed "
            f"{meta['seed']}; goodput (SLO attainment)", "", head,
            "|---|" + "---:|" * len(factors)]
