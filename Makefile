@@ -3,7 +3,7 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-cpu demo test bench speed overhead data embeddings policy policy-rows bench-learned predictors
+.PHONY: install install-cpu demo test bench speed overhead data embeddings policy policy-rows policy-rows-sampled bench-learned predictors
 
 # Base install: torch first, pinned to the CPU wheel (never a CUDA build), then the project.
 $(VENV)/.base: pyproject.toml
@@ -49,6 +49,9 @@ policy: install  ## retrain the shipped default policy (docs/learning.md), about
 
 policy-rows: install  ## the per-model-row policy: warm start on six pools (docs/learning.md), about 27 min on 2 shared cores
 	$(BIN)/inframind train -c rllib_configs/rows.yaml --out runs/train-rows
+
+policy-rows-sampled: install  ## the row policy cloned from the KV-aware teacher on 20 sampled realistic pools (docs/learning.md), about 7 min
+	$(BIN)/inframind train -c rllib_configs/rows-sampled.yaml --out runs/train-rows-sampled
 
 TELEMETRY := --queries 1000 --policies inframind,infra-heuristic,least-loaded,random --no-progress
 predictors: install  ## latency/length predictors fitted on twin telemetry (docs/learning.md)

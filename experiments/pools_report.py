@@ -3,6 +3,13 @@ and a load-factor bench (results.json of `inframind bench --load-factors`).
 
     .venv/bin/python experiments/pools_report.py capacity docs/pools/capacity/*.json
     .venv/bin/python experiments/pools_report.py bench docs/pools/bench-default/results.json
+    .venv/bin/python experiments/pools_report.py bench A/results.json B/results.json  # joined
+
+Several bench files are joined row by row (the same pool, capacity, cell duration and seed:
+cells are independent seeded simulations, so a policy run in a second command gets the very
+cells it would have got in the first); ``inframind`` rows of a run with ``--checkpoint`` are
+labelled ``inframind[<checkpoint folder>]``. The ``targets`` lines check issue 19's per-policy
+targets for every learned or teacher policy against the baselines in the table.
 """
 
 from __future__ import annotations
@@ -32,18 +39,75 @@ def capacity_table(paths: list[Path]) -> str:
     return "\n".join(rows)
 
 
-def bench_table(path: Path) -> str:
-    """Goodput, SLO attainment, accuracy and model mix per (policy, load factor)."""
-    d = json.loads(path.read_text())
-    rows = d["rows"]
+TASK_ONLY = ("always-strongest", "static-task", "moa")
+BASELINES = (*TASK_ONLY, "infra-heuristic")
+
+
+def _rows(paths: list[Path]) -> tuple[list[dict], dict]:
+    """Rows of several bench results (labelled by checkpoint) and the first one's meta."""
+    rows, meta = [], None
+    for path in paths:
+        d = json.loads(path.read_text())
+        m = d["meta"]
+        if meta is not None and (m["capacity"]["capacity_rpm"], m["duration_s"], m["seed"],
+                                 m.get("pool")) != (meta["capacity"]["capacity_rpm"],
+                                                    meta["duration_s"], meta["seed"],
+                                                    meta.get("pool")):
+            raise SystemExit(f"error: {path}: another pool, capacity, duration or seed")
+        meta = meta or m
+        ckpt = m.get("checkpoint")
+        for r in d["rows"]:
+            if r["policy"] == "inframind" and ckpt:
+                r = {**r, "policy": f"inframind[{Path(ckpt).parent.name or ckpt}]"}
+            rows.append(r)
+    return rows, meta
+
+
+def targets(rows: list[dict], policy: str) -> list[str]:
+    """Issue 19's targets for ``policy`` against the baselines present."""
+    get = {(r["policy"], r["load_factor"]): r for r in rows}
+    factors = sorted({r["load_factor"] for r in rows})
+    base = [b for b in BASELINES if (b, factors[0]) in get]
+    out = []
+    worse = [(f, b) for f in factors for b in base
+             if get[policy, f]["goodput"] < get[b, f]["goodput"]]
+    out.append("goodput >= every baseline at every load: "
+               + ("holds" if not worse else "misses at " + ", ".join(
+                   f"x{f:.3g} ({b} {get[b, f]['goodput']:.3f} > {get[policy, f]['goodput']:.3f})"
+                   for f, b in worse)))
+    ratios = []
+    for f in factors:
+        best = max((b for b in TASK_ONLY if (b, f) in get), key=lambda b: get[b, f]["goodput"])
+        fallen = [f2 for f2 in factors if f2 <= f
+                  and get[best, f2]["slo_attainment"] < 0.5]
+        if fallen:
+            g = get[best, f]["goodput"]
+            ratios.append(f"x{f:.3g} {get[policy, f]['goodput'] / g if g else float('inf'):.2f}x "
+                          f"{best}")
+    out.append(">= 1.5x the best task-only baseline once it is below 50 % SLO: "
+               + ("; ".join(ratios) or "no load where it is"))
+    idle = factors[0]
+    gap = get["always-strongest", idle]["accuracy"] - get[policy, idle]["accuracy"]
+    out.append(f"accuracy at x{idle:.3g}: {get[policy, idle]['accuracy']:.3f} against "
+               f"always-strongest {get['always-strongest', idle]['accuracy']:.3f} "
+               f"({-gap * 100:+.1f} pp)")
+    used = [f"x{f:.3g} {sum(v >= 0.05 for v in get[policy, f]['model_mix'].values())}"
+            for f in factors]
+    out.append("models used >= 5 % of calls: " + ", ".join(used))
+    return out
+
+
+def bench_table(paths: list[Path]) -> str:
+    """Goodput, SLO attainment and model mix per (policy, load factor), then the targets."""
+    rows, meta = _rows(paths)
     factors = sorted({r["load_factor"] for r in rows})
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     get = {(r["policy"], r["load_factor"]): r for r in rows}
-    cap = d["meta"]["capacity"]["capacity_rpm"]
+    cap = meta["capacity"]["capacity_rpm"]
     rates = {f: next(r["rate_per_min"] for r in rows if r["load_factor"] == f) for f in factors}
-    head = ("| policy | " + " | ".join(f"x{f:g} ({rates[f]:.0f}/min)" for f in factors) + " |")
-    out = [f"capacity {cap:g} req/min, {d['meta']['duration_s']:g} s cells, seed "
-           f"{d['meta']['seed']}; goodput (SLO attainment)", "", head,
+    head = ("| policy | " + " | ".join(f"x{f:.3g} ({rates[f]:.0f}/min)" for f in factors) + " |")
+    out = [f"capacity {cap:g} req/min, {meta['duration_s']:g} s cells, seed "
+           f"{meta['seed']}; goodput (SLO attainment)", "", head,
            "|---|" + "---:|" * len(factors)]
     for p in policies:
         out.append(f"| {p} | " + " | ".join(
@@ -59,6 +123,10 @@ def bench_table(path: Path) -> str:
                                                                      key=lambda kv: -kv[1])
                                    if v >= 0.05))
         out.append(f"| {p} | " + " | ".join(cells) + " |")
+    if all(("always-strongest", f) in get for f in factors):
+        for p in policies:
+            if p.startswith(("inframind", "priced-topology")):
+                out += ["", f"targets, {p}:", *(f"- {t}" for t in targets(rows, p))]
     return "\n".join(out)
 
 
@@ -67,7 +135,7 @@ def main() -> None:
     ap.add_argument("what", choices=("capacity", "bench"))
     ap.add_argument("paths", nargs="+", type=Path)
     a = ap.parse_args()
-    print(capacity_table(a.paths) if a.what == "capacity" else bench_table(a.paths[0]))
+    print(capacity_table(a.paths) if a.what == "capacity" else bench_table(a.paths))
 
 
 if __name__ == "__main__":

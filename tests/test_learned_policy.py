@@ -24,7 +24,7 @@ from inframind_ray.policy.features import (
     PLANNER_OBS,
     FeatureBuilder,
 )
-from inframind_ray.policy.latency import latency_terms
+from inframind_ray.policy.latency import congestion, latency_terms
 from inframind_ray.policy.learned import (
     DEFAULT_CHECKPOINT,
     EXECUTOR_KEYS,
@@ -112,7 +112,8 @@ def test_shapes_and_masks(setup):
 
 
 def test_price_list_matches_latency_terms(setup):
-    """The rows' price and toll are policy.latency's, computed per row."""
+    """The rows' price and toll are policy.latency's KV-aware price list (the teacher's),
+    computed per row: with a queue the engine runs what it runs now."""
     _, _, info, queries = setup
     state = SystemState(3.0, {m: LoadSnapshot(m, 2, 40 + i, 30, 0.5, 0.8, 0.03, 6.0, 2.5)
                               for i, m in enumerate(info.names)})
@@ -124,11 +125,14 @@ def test_price_list_matches_latency_terms(setup):
         ld = state.models[m.name]
         for j, s in enumerate(Strategy):
             service, wait = latency_terms(m, ld, ctx.prompt_tokens(s),
-                                          m.call_tokens(s, False, ctx.query.task), "service")
+                                          m.call_tokens(s, False, ctx.query.task), "service",
+                                          kv=True)
             price, toll = rows[i, EXEC_ROW - 15 + 5 * j + 3: EXEC_ROW - 15 + 5 * j + 5]
             assert price == pytest.approx(min((service + wait) / per_step, 5.0), rel=1e-4)
-            cong = (ld.running + ld.waiting + 1 - 2 * m.max_num_seqs) / (2 * m.max_num_seqs)
-            assert toll == pytest.approx(min(max(cong, 0) * service / 10, 10), rel=1e-4, abs=1e-6)
+            cong = congestion(m, ld, kv=True)
+            n = min(ld.running, 2 * m.max_num_seqs)  # a queue: what it runs now, at most slots
+            assert cong == pytest.approx((ld.running + ld.waiting + 1 - n) / n)
+            assert toll == pytest.approx(min(cong * service / 10, 10), rel=1e-4, abs=1e-6)
 
 
 def test_one_checkpoint_any_pool(setup, tmp_path):

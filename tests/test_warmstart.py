@@ -26,6 +26,20 @@ def test_pool_variants():
     assert [len(p.models) for p in demo_pools(WarmStart(), "default", 0)] == [5]
 
 
+def test_sampled_pools_alone_take_nothing_from_the_env_pool():
+    """A warm start on sampled pools only never demonstrates on the pool it is validated and
+    benched on, nor on a held-out pool."""
+    from inframind_ray.config import load_pool
+    from inframind_ray.pools.sampler import is_heldout
+
+    pools = demo_pools(WarmStart(sampled_pools=6), "default", 0)
+    default = {m.name for m in load_pool("default").models}
+    assert len(pools) == 6 and not any(is_heldout(p) for p in pools)
+    assert all({m.name for m in p.models} != default for p in pools)
+    named = demo_pools(WarmStart(pools=[{}], sampled_pools=2), "default", 0)
+    assert len(named) == 3
+
+
 def test_clones_a_teacher_from_several_pools(tmp_path):
     """Demos from a 2-model and a 3-model pool fit one network, which then decides on a pool
     of models it never saw together."""

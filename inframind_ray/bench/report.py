@@ -42,6 +42,7 @@ def results_json(spec: SweepSpec, results: list[CellResult], wall_s: float,
             "arrivals": spec.arrivals,
             "scheduling": list(spec.schedulings),
             "controller": list(spec.controllers),
+            "checkpoint": spec.checkpoint,  # of 'inframind' (None: the shipped policy)
             "on_deadline": spec.pool.engine.on_deadline,
             "metrics_period_s": spec.metrics_period_s,
             "pool_history": spec.pool_history,

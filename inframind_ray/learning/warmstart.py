@@ -76,8 +76,12 @@ class WarmStart(BaseModel):
 
 
 def demo_pools(ws: WarmStart, env_pool: str, seed: int) -> list[PoolConfig]:
-    """The pools of a warm start (see ``WarmStart``)."""
-    pools = [v.build() for v in ws.pools] or [load_pool(env_pool)]
+    """The pools of a warm start (see ``WarmStart``): the named ones, then the sampled ones; the
+    env's pool only when there are neither (so a run on sampled pools alone never sees the pool
+    it is validated or benched on)."""
+    pools = [v.build() for v in ws.pools]
+    if not pools and not ws.sampled_pools:
+        pools = [load_pool(env_pool)]
     if ws.sampled_pools:
         try:
             from inframind_ray.pools.sampler import sample_pool  # type: ignore[import-not-found]

@@ -3,11 +3,13 @@
 Names on the command line and in results: always-strongest, static-task, moa, random,
 round-robin, least-loaded, infra-heuristic, oracle; and the learned ``inframind`` policy.
 ``infra-topology``, ``strongest-topology`` and ``priced-topology`` (warm-start teachers, the last
-the current one) are registered too but are not default bench baselines.
+the current one; ``priced-topology-slots`` its slot-counting predecessor) are registered too but
+are not default bench baselines.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Callable
 
@@ -155,6 +157,7 @@ class InfraHeuristic(Policy):
 
     name = "infra-heuristic"
     OCCUPANCY = "e2e"  # the price list's slot-time estimate (policy.latency.latency_terms)
+    KV_AWARE = False  # the price list's queue: sequence slots (False) or KV-bound (True)
 
     def __init__(self, pool: PoolInfo, seed: int = 0,
                  retention: dict[Strategy, float] | None = None) -> None:
@@ -189,7 +192,7 @@ class InfraHeuristic(Policy):
             for s in ctx.allowed:
                 tokens = self.call_tokens(m, s, ctx.query.task)
                 service, wait = latency_terms(m, load, ctx.prompt_tokens(s), tokens,
-                                              self.OCCUPANCY)
+                                              self.OCCUPANCY, self.KV_AWARE)
                 t = service + wait
                 if t < fastest_t:
                     fastest, fastest_t = StepDecision(m.name, s), t
@@ -210,13 +213,27 @@ class InfraTopology(InfraHeuristic):
     name = "infra-topology"
     VOTE = Plan.make(Topology.DEBATE, 3, rounds=1)
     VOTE_FREE_SLOTS = 2  # the first voter and the aggregator
+    VOTE_CALLS = 4  # the calls of a vote: three solvers and the aggregator
+    VOTE_SLOWDOWN = 1.25  # KV_AWARE: a vote may slow the strongest's decode steps this much
 
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
         m = self.pool[self.pool.strongest]
         load = state.models[m.name]
-        if load.available and load.waiting == 0 and free_slots(m, load) >= self.VOTE_FREE_SLOTS:
+        if (load.available and load.waiting == 0
+                and free_slots(m, load, self.KV_AWARE) >= self.VOTE_FREE_SLOTS
+                and (not self.KV_AWARE or self._vote_fits(m, load))):
             return self.VOTE
         return IO_PLAN
+
+    def _vote_fits(self, m: ModelInfo, load: LoadSnapshot) -> bool:
+        """Whether the strongest model's decode iteration, with a vote's calls added to its
+        batch, stays within ``VOTE_SLOWDOWN`` of an idle one. Where the slots bind (a few per
+        replica) this always holds; with vLLM's 1024 slots free slots say nothing, and a vote
+        that triples the strongest model's load slows every call it runs."""
+        batch = math.ceil((load.running + load.waiting + self.VOTE_CALLS) / max(1, load.replicas))
+        p = m.profile
+        return (p.iteration_time(0, min(batch, m.max_num_seqs), load.kv_usage * m.kv_capacity)
+                <= self.VOTE_SLOWDOWN * p.iteration_time(0, 1, 0))
 
     def _decide(self, ctx: StepContext) -> StepDecision:
         if ctx.node.kind is not NodeKind.SOLVER or ctx.node.slot == 0:
@@ -227,10 +244,11 @@ class InfraTopology(InfraHeuristic):
         for m in self._models(ctx):
             load = ctx.state.models[m.name]
             acc = self.expected_accuracy(m, ctx)
-            if (free_slots(m, load) >= 1 and acc > best_acc and s in ctx.allowed
+            if (free_slots(m, load, self.KV_AWARE) >= 1 and acc > best_acc
+                    and s in ctx.allowed
                     and predict_latency(m, load, ctx.prompt_tokens(s),
                                         self.call_tokens(m, s, ctx.query.task),
-                                        self.OCCUPANCY) <= per_step):
+                                        self.OCCUPANCY, self.KV_AWARE) <= per_step):
                 best, best_acc = m.name, acc
         return StepDecision(best, s) if best else super()._decide(ctx)
 
@@ -257,17 +275,31 @@ class PricedTopology(InfraTopology):
     from depth and sheds the others (lowest category accuracy first) to Flash, Concise or a
     weaker idle model whose expected accuracy comes closest. The queue wait is estimated from
     slot time (``OCCUPANCY = "service"``): the toll, not a pessimistic wait, keeps the queue
-    short. The shipped policy's warm-start teacher; not a default bench baseline (figures in
-    docs/learning.md). DeepThink calls are capped at the model's token budget
-    (``Policy.token_budget``): its longest answers are mostly wrong and hold the most slot time."""
+    short. DeepThink calls are capped at the model's token budget (``Policy.token_budget``):
+    its longest answers are mostly wrong and hold the most slot time.
+
+    Slots are counted as the replica layer counts them (``KV_AWARE``, ``policy.latency``): the
+    running mix the KV cache holds, at most ``max_num_seqs``; on a pool where the slots bind
+    (``constrained``) that is the slot count, as before. The warm-start teacher of the row
+    policy; not a default bench baseline (figures in docs/learning.md, docs/pools.md)."""
 
     name = "priced-topology"
     OCCUPANCY = "service"
+    KV_AWARE = True
     token_budget = True
     CONGESTION_PRICE = 0.0075  # accuracy points per slot-second per queued request per slot
 
     def _toll(self, m: ModelInfo, load: LoadSnapshot, service_s: float) -> float:
-        return self.CONGESTION_PRICE * congestion(m, load) * service_s
+        return self.CONGESTION_PRICE * congestion(m, load, self.KV_AWARE) * service_s
+
+
+class PricedSlots(PricedTopology):
+    """``priced-topology`` as it was until issue 19's KV-aware price list: slots counted as
+    ``max_num_seqs`` alone, blind to a KV-bound queue (the shipped row checkpoint's teacher,
+    kept to reproduce earlier figures and to compare)."""
+
+    name = "priced-topology-slots"
+    KV_AWARE = False
 
 
 class Pinned(Policy):
@@ -324,7 +356,7 @@ POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (LearnedPolicy, PositionalPolicy, AlwaysStrongest, StaticTask, MoA, RandomPolicy,
                 RoundRobin, LeastLoaded, InfraHeuristic, InfraTopology, StrongestTopology,
-                PricedTopology, Oracle)
+                PricedTopology, PricedSlots, Oracle)
 }
 
 

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from inframind_ray.core.constants import EMBEDDING_DIM
+from inframind_ray.core.finish import concurrency, queue_per_slot
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import (
     AGGREGATOR_ROLE,
@@ -154,8 +155,9 @@ class FeatureBuilder:
 
     def _service_wait(self, i: int, ld: LoadSnapshot, n: int, prompt: list[int],
                       tokens: list[float]) -> tuple[list[float], list[float], float]:
-        """``policy.latency.latency_terms`` (occupancy "service") of model ``i`` for every
-        strategy: (service seconds, queue wait seconds, congestion)."""
+        """``policy.latency.latency_terms`` (occupancy "service", ``kv=True``: the queue counted
+        against the KV-bound concurrency, as the teacher ``priced-topology`` counts it) of model
+        ``i`` for every strategy: (service seconds, queue wait seconds, congestion)."""
         c0, cp, cd, ck, seqs, kv_cap, prof = self._prof[i]
         batch = max(1, min(seqs, math.ceil((ld.running + 1) / max(1, ld.replicas))))
         base = c0 + ck * ld.kv_usage * kv_cap
@@ -164,7 +166,8 @@ class FeatureBuilder:
         pre = base + cd * (batch - 1)
         service = [pre + cp * p + max(0.0, t - 1.0) * decode
                    for p, t in zip(prompt, tokens, strict=True)]
-        cong = max(0.0, (ld.running + ld.waiting + 1 - n) / n)
+        cong = queue_per_slot(ld.waiting, ld.running,
+                              concurrency(n, ld.running, ld.waiting, ld.kv_usage))
         if cong <= 0:
             return service, [0.0] * len(service), 0.0
         if ld.e2e_s <= 0:

@@ -1,9 +1,17 @@
-"""Latency prediction from live load and a model's profile (the executor's "price list")."""
+"""Latency prediction from live load and a model's profile (the executor's "price list").
+
+Two views of how many requests a model runs at once: its sequence slots (``kv=False``: every
+earlier figure, right where ``max_num_seqs`` binds, as in the ``constrained`` pool), or the
+replica layer's rule (``kv=True``, ``core.finish.concurrency`` with the KV usage): as many of
+the running mix as its KV cache holds, at most its slots. On a realistic pool (vLLM's 1024
+slots) only the second sees congestion: the KV cache, not the slots, bounds the batch.
+"""
 
 from __future__ import annotations
 
 import math
 
+from inframind_ray.core.finish import concurrency, queue_per_slot
 from inframind_ray.core.types import LoadSnapshot, ModelInfo
 
 
@@ -12,20 +20,29 @@ def slots(info: ModelInfo, load: LoadSnapshot) -> int:
     return info.max_num_seqs * max(1, load.replicas)
 
 
-def free_slots(info: ModelInfo, load: LoadSnapshot) -> int:
-    """Sequence slots not running a request or promised to a waiting one."""
-    return slots(info, load) - load.running - load.waiting
+def engine_slots(info: ModelInfo, load: LoadSnapshot, kv: bool = False) -> int:
+    """Requests the model runs at once: its sequence slots, or (``kv``) the replica layer's
+    KV-aware concurrency (``core.finish.concurrency``)."""
+    n = slots(info, load)
+    return concurrency(n, load.running, load.waiting, load.kv_usage) if kv else n
 
 
-def congestion(info: ModelInfo, load: LoadSnapshot) -> float:
-    """Requests per sequence slot that a new request finds beyond the free slots (0 while one is
-    free): the queue a new arrival deepens."""
-    return max(0.0, (load.running + load.waiting + 1 - slots(info, load)) / slots(info, load))
+def free_slots(info: ModelInfo, load: LoadSnapshot, kv: bool = False) -> int:
+    """Sequence slots (``kv``: KV-bound concurrency) not running a request or promised to a
+    waiting one."""
+    return engine_slots(info, load, kv) - load.running - load.waiting
+
+
+def congestion(info: ModelInfo, load: LoadSnapshot, kv: bool = False) -> float:
+    """Requests per slot that a new request finds beyond the free slots (0 while one is free):
+    the queue a new arrival deepens, in units of one request's slot time
+    (``core.finish.queue_per_slot``, the admission rule's queue term)."""
+    return queue_per_slot(load.waiting, load.running, engine_slots(info, load, kv))
 
 
 def latency_terms(
     info: ModelInfo, load: LoadSnapshot, prompt_tokens: int, out_tokens: float,
-    occupancy: str = "e2e",
+    occupancy: str = "e2e", kv: bool = False,
 ) -> tuple[float, float]:
     """(service, queue wait) seconds of one new request; ``predict_latency`` is their sum.
 
@@ -34,22 +51,23 @@ def latency_terms(
     whole latency EWMA (queue wait included, so the estimate grows fast with the queue: the
     infra-aware heuristic's cautious view), ``"service"`` the EWMA from first to last token plus
     one prefill (the slot time alone). Service: one prefill iteration and ``out_tokens - 1``
-    decode iterations at the batch size the request will join.
+    decode iterations at the batch size the request will join. ``kv``: count the queue
+    against the KV-bound concurrency (``engine_slots``) instead of the sequence slots.
     """
     per_replica = math.ceil((load.running + 1) / max(1, load.replicas))
     batch = max(1, min(info.max_num_seqs, per_replica))
-    kv = load.kv_usage * info.kv_capacity
+    kv_tokens = load.kv_usage * info.kv_capacity
     p = info.profile
-    service = p.iteration_time(prompt_tokens, batch - 1, kv) + max(0.0, out_tokens - 1) * (
-        p.iteration_time(0, batch, kv)
-    )
-    queued = congestion(info, load)
+    service = p.iteration_time(prompt_tokens, batch - 1, kv_tokens) + max(
+        0.0, out_tokens - 1) * p.iteration_time(0, batch, kv_tokens)
+    queued = congestion(info, load, kv)
     if queued <= 0:
         return service, 0.0
     if load.e2e_s <= 0:
         per_request = service
     elif occupancy == "service":
-        per_request = max(load.e2e_s - load.ttft_s, 0.0) + p.iteration_time(prompt_tokens, 0, kv)
+        per_request = (max(load.e2e_s - load.ttft_s, 0.0)
+                       + p.iteration_time(prompt_tokens, 0, kv_tokens))
     else:
         per_request = load.e2e_s
     return service, queued * per_request
@@ -57,9 +75,9 @@ def latency_terms(
 
 def predict_latency(
     info: ModelInfo, load: LoadSnapshot, prompt_tokens: int, out_tokens: float,
-    occupancy: str = "e2e",
+    occupancy: str = "e2e", kv: bool = False,
 ) -> float:
     """Predicted seconds from submission to last token of one new request (the analytic price
     list: ``latency_terms`` summed)."""
-    service, wait = latency_terms(info, load, prompt_tokens, out_tokens, occupancy)
+    service, wait = latency_terms(info, load, prompt_tokens, out_tokens, occupancy, kv)
     return service + wait

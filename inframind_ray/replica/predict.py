@@ -1,4 +1,5 @@
-"""When a new request would finish at a replica, written once: the admission rule of the replica
+"""When a new request would finish at a replica, written once (the rule on counts is
+``core.finish``, which the policies' price list reads too): the admission rule of the replica
 queue, the ingress and the replica choice all read it.
 
 A replica runs up to ``capacity`` requests at once, each for about ``service_s`` seconds (the
@@ -16,22 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from inframind_ray.core.finish import concurrency, finish_in_s
 from inframind_ray.core.types import LoadSnapshot
 
-
-def finish_in_s(ahead: int, in_engine: int, capacity: int, service_s: float) -> float:
-    """Predicted seconds from now to the end of a new request (0 when ``service_s`` is unknown,
-    i.e. 0: nothing is predicted before the first answer)."""
-    if capacity < 1:
-        raise ValueError("capacity must be >= 1")
-    slots_to_free = max(0, in_engine + ahead - capacity + 1)
-    return (slots_to_free / capacity + 1.0) * service_s
-
-
-def concurrency(capacity: int, running: int, waiting: int) -> int:
-    """How many requests the replica runs at once: its capacity while nothing waits, else what
-    it runs now (the engine is full: by its slots or by its KV cache)."""
-    return max(1, capacity if waiting == 0 else min(capacity, running))
+__all__ = ["concurrency", "fastest_finish_in_s", "finish_in_s", "snapshot_finish_in_s",
+           "too_late"]
 
 
 def snapshot_finish_in_s(snap: LoadSnapshot, deadline_in_s: float, now: float) -> float:
