@@ -223,7 +223,7 @@ def test_a_model_with_a_card_and_no_records(tmp_path):
         (tmp_path / "cards" / "bad.yaml").write_text(text)
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump(
             {"models": [{**entry, "card": "cards/bad.yaml"}]}))
-        from inframind_ray.config import card_accuracy
+        from inframind_ray.model_card import card_accuracy
         card_accuracy.cache_clear()
         with pytest.raises(ConfigError, match=re.escape(msg)) as e:
             load_pool(tmp_path / "bad.yaml")

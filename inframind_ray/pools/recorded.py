@@ -13,9 +13,9 @@ import numpy as np
 
 from inframind_ray import assumptions as A
 from inframind_ray import data
-from inframind_ray.config import CARD_KEY, card_accuracy
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.grading import CODE_FAMILIES
+from inframind_ray.model_card import CARD_KEY, card_accuracy
 from inframind_ray.tasks.mmlu_pro import mmlu_pro
 from inframind_ray.tasks.prompts import LETTERS
 
