@@ -33,6 +33,32 @@ def _ckpt(pool, path: Path, seed: int) -> Path:
     return LearnedPolicy(pool, seed=seed, hidden=16).save(path)
 
 
+def _seed_in_process(root: str, start: float) -> str:
+    import time
+
+    pool = build_pool_info(load_pool(POOL))
+    time.sleep(max(0.0, start - time.time()))  # both processes seed at the same moment
+    return PolicyRegistry(root).seed(DEFAULT_CHECKPOINT, pool)
+
+
+def test_concurrent_seeds_register_one_version(tmp_path):
+    """The orchestrator and its standby seed an empty registry at once (two processes): one
+    version is registered and both serve it (a check-then-register race gave v0001 and v0002,
+    the second one active)."""
+    import multiprocessing as mp
+    import time
+
+    root = str(tmp_path / "reg")
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(4) as workers:
+        start = time.time() + 8.0  # after the spawned processes have imported the project
+        got = workers.starmap(_seed_in_process, [(root, start)] * 4)
+    reg = PolicyRegistry(root)
+    assert got == ["v0001"] * 4, got
+    assert [v.meta.version for v in reg.list()] == ["v0001"]
+    assert reg.state().active == "v0001"
+
+
 def test_promote_rollback_pin(pool, tmp_path):
     """Seed, register, promote, roll back: states, the rollback target and the pinned version
     follow; a pinned version refuses promote and rollback until unpinned."""

@@ -215,22 +215,28 @@ class PolicyRegistry:
         source = Path(source)
         check_checkpoint(source, pool)
         with self._locked() as st:
-            if parent is not None and parent not in st.states:
-                raise VersionNotFound(f"no policy version {parent!r} (the parent) in {self.root}")
-            n = max((int(v[1:]) for v in st.states), default=0) + 1
-            version = f"v{n:04d}"
-            tmp = self.versions / f".{version}.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            for name in (WEIGHTS, SPEC):
-                shutil.copyfile(source / name, tmp / name)
-            meta = VersionMeta(version=version, parent=parent, created=_now_iso(),
-                               source=str(source.resolve()), sha256=digest(tmp),
-                               data_window=data_window, gates=gates or {}, note=note)
-            (tmp / META).write_text(meta.model_dump_json(indent=2))
-            os.replace(tmp, self.versions / version)
-            st.states[version] = VersionState.CANDIDATE
-            st.log.append(self._event("register", version, actor))
+            return self._register(st, source, parent, data_window, gates, note, actor)
+
+    def _register(self, st: RegistryState, source: Path, parent: str | None,
+                  data_window: DataWindow | None, gates: dict | None, note: str,
+                  actor: str) -> VersionMeta:
+        """``register`` under the lock already held (``st``)."""
+        if parent is not None and parent not in st.states:
+            raise VersionNotFound(f"no policy version {parent!r} (the parent) in {self.root}")
+        n = max((int(v[1:]) for v in st.states), default=0) + 1
+        version = f"v{n:04d}"
+        tmp = self.versions / f".{version}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name in (WEIGHTS, SPEC):
+            shutil.copyfile(source / name, tmp / name)
+        meta = VersionMeta(version=version, parent=parent, created=_now_iso(),
+                           source=str(source.resolve()), sha256=digest(tmp),
+                           data_window=data_window, gates=gates or {}, note=note)
+        (tmp / META).write_text(meta.model_dump_json(indent=2))
+        os.replace(tmp, self.versions / version)
+        st.states[version] = VersionState.CANDIDATE
+        st.log.append(self._event("register", version, actor))
         return meta
 
     def promote(self, version: str, pool: PoolInfo, *, actor: str = "cli") -> RegistryState:
@@ -352,8 +358,13 @@ class PolicyRegistry:
         st = self.state()
         if st.active is not None:
             return st.active
-        meta = self.register(source, pool, note="seed", actor=actor)
-        self.promote(meta.version, pool, actor=actor)
+        source = Path(source)
+        check_checkpoint(source, pool)
+        with self._locked() as st:  # one lock: the two orchestrators start at once
+            if st.active is not None:
+                return st.active
+            meta = self._register(st, source, None, None, None, "seed", actor)
+            self._promote(st, meta.version, pool, actor)
         return meta.version
 
     @staticmethod
