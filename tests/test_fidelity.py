@@ -46,6 +46,7 @@ models:
 
 VLLM_ENGINE = """      kind: vllm
       model: {model}
+      dtype: float32
       max_model_len: 1024
       kv_cache_memory_bytes: 67108864
       ignore_eos: true
