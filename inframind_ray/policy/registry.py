@@ -149,7 +149,10 @@ class PolicyRegistry:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 st = self.state()
+                before = st.model_copy(deep=True)
                 yield st
+                if st == before:  # nothing changed: no write, so the stamp stays
+                    return
                 st.log = st.log[-LOG_KEEP:]
                 tmp = self.root / f".{STATE_FILE}.{os.getpid()}.tmp"
                 tmp.write_text(st.model_dump_json(indent=2))
@@ -215,11 +218,12 @@ class PolicyRegistry:
         source = Path(source)
         check_checkpoint(source, pool)
         with self._locked() as st:
-            return self._register(st, source, parent, data_window, gates, note, actor)
+            return self._register(st, source, parent=parent, data_window=data_window,
+                                  gates=gates, note=note, actor=actor)
 
-    def _register(self, st: RegistryState, source: Path, parent: str | None,
-                  data_window: DataWindow | None, gates: dict | None, note: str,
-                  actor: str) -> VersionMeta:
+    def _register(self, st: RegistryState, source: Path, *, parent: str | None = None,
+                  data_window: DataWindow | None = None, gates: dict | None = None,
+                  note: str = "", actor: str) -> VersionMeta:
         """``register`` under the lock already held (``st``)."""
         if parent is not None and parent not in st.states:
             raise VersionNotFound(f"no policy version {parent!r} (the parent) in {self.root}")
@@ -363,7 +367,7 @@ class PolicyRegistry:
         with self._locked() as st:  # one lock: the two orchestrators start at once
             if st.active is not None:
                 return st.active
-            meta = self._register(st, source, None, None, None, "seed", actor)
+            meta = self._register(st, source, note="seed", actor=actor)
             self._promote(st, meta.version, pool, actor)
         return meta.version
 
