@@ -48,6 +48,12 @@ def main() -> None:
                 diffs[k][m].append(on[k][m] - r[m])
                 diffs[k][m + "_off"].append(r[m])
             diffs[k]["queries"].append(r["n_queries"])
+            if r.get("multi_agent_queries") and on[k].get("multi_agent_queries"):
+                off_l, on_l = r["multi_agent_latency_mean_s"], on[k]["multi_agent_latency_mean_s"]
+                diffs[k]["saved"].append(1 - on_l / off_l)
+                diffs[k]["ma_accuracy"].append(on[k]["multi_agent_accuracy"]
+                                               - r["multi_agent_accuracy"])
+                diffs[k]["ma_queries"].append(r["multi_agent_queries"])
     print(f"On - off over {len(paths)} seeds (paired by seed), pp: mean [95 % t-interval]; "
           "per seed\n")
     print("| policy | req/min | queries per cell | goodput off (mean) | goodput on - off | "
@@ -59,6 +65,21 @@ def main() -> None:
               f"{np.mean(d['goodput_off']):.3f} | {100 * g[0]:+.2f} [{100 * g[1]:+.2f}, "
               f"{100 * g[2]:+.2f}] | {', '.join(f'{100 * x:+.1f}' for x in d['goodput'])} | "
               f"{100 * a[0]:+.2f} [{100 * a[1]:+.2f}, {100 * a[2]:+.2f}] |")
+    print("\nMulti-agent queries (those the policy planned with more than one agent): mean "
+          "latency saved, 1 - on / off, and accuracy on - off (pp), mean [95 % t-interval]; "
+          "per seed\n")
+    print("| policy | req/min | multi-agent queries per cell (off) | latency saved | per seed | "
+          "accuracy on - off | per seed |")
+    print("|---|---:|---:|---:|---|---:|---|")
+    for (pol, rate), d in diffs.items():
+        if not d["saved"]:
+            continue
+        sv, ma = interval(d["saved"]), interval(d["ma_accuracy"])
+        print(f"| {pol} | {rate:g} | {np.mean(d['ma_queries']):.0f} | {100 * sv[0]:.1f} % "
+              f"[{100 * sv[1]:.1f}, {100 * sv[2]:.1f}] | "
+              f"{', '.join(f'{100 * x:.1f}' for x in d['saved'])} | {100 * ma[0]:+.2f} "
+              f"[{100 * ma[1]:+.2f}, {100 * ma[2]:+.2f}] | "
+              f"{', '.join(f'{100 * x:+.1f}' for x in d['ma_accuracy'])} |")
     rates = sorted({k[1] for k in diffs})
     fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 3.6), squeeze=False)
     for ax, rate in zip(axes[0], rates, strict=True):
