@@ -46,7 +46,7 @@ import aiohttp
 import numpy as np
 import psutil
 
-from inframind_ray.config import PoolConfig, load_pool
+from inframind_ray.config import AdaptiveInflightConfig, PoolConfig, load_pool
 from inframind_ray.serving.loadgen import require_loopback
 from inframind_ray.tasks.workload import WorkloadSpec, arrival_times, budgets, sample_task_items
 
@@ -61,6 +61,8 @@ def pool_cfg(args: argparse.Namespace, replicas: dict[str, int] | None = None) -
               for m in cfg.models]
     rec = tempfile.mkdtemp(prefix="inframind-load-records-")
     extra = {} if args.max_inflight is None else {"max_inflight_queries": args.max_inflight}
+    if args.adaptive:
+        extra["adaptive_inflight"] = AdaptiveInflightConfig()
     return cfg.model_copy(update={"models": models, "serving": cfg.serving.model_copy(update={
         "port": args.port, "records_dir": rec, "embed": False,
         "metrics_export_port": None, **extra})})
@@ -260,8 +262,24 @@ def overload(args: argparse.Namespace) -> dict:
         rate = args.factor * args.capacity
         load = Load(session.url, rate, args.duration, args.seed, tuple(args.budget),
                     policy=args.load_policy, drain_s=60.0)
+        bound: list[dict] = []  # the ingress's bound and queries in flight, every 2 s
+
+        async def poll(ld: Load) -> None:
+            end = time.monotonic() + args.duration + 30.0
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s:
+                while time.monotonic() < end:
+                    t = round(time.monotonic() - ld.t0, 1)
+                    try:
+                        async with s.get(f"{ld.url}/v1/state") as r:
+                            st = await r.json() if r.status == 200 else {}
+                        bound.append({"t_s": t, "limit": st.get("ingress_limit"),
+                                      "inflight": st.get("ingress_inflight")})
+                    except (aiohttp.ClientError, TimeoutError) as e:
+                        bound.append({"t_s": t, "error": type(e).__name__})
+                    await asyncio.sleep(2.0)
+
         with sampler:
-            asyncio.run(load.run())
+            asyncio.run(load.run(poll))
         time.sleep(10.0)  # after: queues drained, the load gone
         after = sampler.sample()
         if args.out:  # every request (send time, status, client latency) for the plots
@@ -271,9 +289,12 @@ def overload(args: argparse.Namespace) -> dict:
                                          "within_budget")} for x in load.records]))
         return {"measurement": "overload", "policy": args.load_policy or "default",
                 "max_inflight_queries": cfg.serving.max_inflight_queries,
+                "adaptive_inflight": (None if cfg.serving.adaptive_inflight is None
+                                      else cfg.serving.adaptive_inflight.model_dump()),
                 "rate_per_min": rate, "factor": args.factor,
                 "capacity_per_min": args.capacity, "duration_s": args.duration,
-                "load": load.summary(), "rss": sampler.report(before, after)}
+                "load": load.summary(), "rss": sampler.report(before, after),
+                "ingress_bound": bound}
     finally:
         session.stop()
 
@@ -571,6 +592,9 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--max-inflight", type=int, default=None,
                     help="serving.max_inflight_queries (default: the pool's)")
+    ap.add_argument("--adaptive", action="store_true",
+                    help="serving.adaptive_inflight with its defaults (the bound steered at run "
+                         "time, max_inflight_queries its ceiling)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     fn = {"overload": overload, "kill-replicas": kill_replicas,

@@ -211,6 +211,19 @@ class RolloutConfig(BaseModel):
         description="the most recent queries that accept POST /v1/feedback")
 
 
+class AdaptiveInflightConfig(BaseModel):
+    """The ingress's bound on queries in flight, steered at run time from the control plane's
+    measured delay (``serving/gate.py``); Serve's ``max_inflight_queries`` stays its ceiling."""
+
+    model_config = ConfigDict(extra="forbid")
+    target_delay_s: float = Field(
+        2.0, gt=0, description="the control plane's delay (a query's predicted wait outside its "
+        "agent calls) the bound steers to: below it the bound grows, above it shrinks")
+    min_inflight: int = Field(8, gt=0, description="the bound's floor, and where it starts")
+    update_s: float = Field(1.0, gt=0, le=60, description="seconds between two steps of the "
+                            "bound")
+
+
 class CanaryConfig(BaseModel):
     """``serving.canary``: the live canary of a candidate policy version (serving/canary.py;
     docs/continual.md says why these defaults)."""
@@ -254,6 +267,9 @@ class ServingConfig(BaseModel):
         16, gt=0, description="requests the HTTP proxy holds for a full ingress (Serve's "
         "max_queued_requests, which also counts requests being routed); past it Serve answers "
         "429 with Retry-After at once")
+    adaptive_inflight: AdaptiveInflightConfig | None = Field(
+        None, description="steer the ingress's bound on queries in flight at run time, at most "
+        "max_inflight_queries (docs/operations.md); None: the static max_inflight_queries")
     standby_orchestrator: bool = Field(
         True, description="run a warm standby orchestrator that the ingress switches to when "
         "the active one dies")
@@ -270,6 +286,14 @@ class ServingConfig(BaseModel):
         "(docs/controller.md); a query's `controller` field overrides it")
     controller_checkpoint: str | None = Field(
         None, description="controller checkpoint folder (default: the shipped controller)")
+
+    @model_validator(mode="after")
+    def _adaptive_floor_under_the_ceiling(self) -> ServingConfig:
+        a = self.adaptive_inflight
+        if a is not None and a.min_inflight > self.max_inflight_queries:
+            raise ValueError(f"adaptive_inflight.min_inflight ({a.min_inflight}) exceeds "
+                             f"max_inflight_queries ({self.max_inflight_queries})")
+        return self
 
     @field_validator("registry_dir")
     @classmethod

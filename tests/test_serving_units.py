@@ -443,3 +443,94 @@ def test_rayservice_manifest_matches_the_kuberay_crd(tmp_path, pool):
     bad["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] = "two"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft7Validator(crd["schema"]).validate(bad)
+
+
+def test_adaptive_bound_settles_where_littles_law_puts_it():
+    """``serving.adaptive_inflight``: the bound starts at its floor, does not move without a
+    completion in the window, does not grow while less than half of it is used, grows by the
+    latency ratio plus sqrt headroom while the control plane's delay is under the target, and,
+    with a saturated control plane (4 completions/s, calls spanning 8 s), shrinks from its
+    ceiling to within a step of Little's law's X * (span + target) = 4 * 10 = 40."""
+    from inframind_ray.config import AdaptiveInflightConfig
+    from inframind_ray.serving.gate import IngressGate
+
+    clock = Clock(0.0)
+    a = AdaptiveInflightConfig(target_delay_s=2.0, min_inflight=4, update_s=1.0)
+    gate = IngressGate(None, max_inflight=200, clock=clock.now, adaptive=a)
+    assert gate.limit() == 4
+    for _ in range(3):
+        gate.enter()
+    clock.t = 1.0
+    assert gate.limit() == 4  # no completion yet: no step
+    for t in (1.0, 1.5):  # two answered, each replaced: 0.1 s outside 8 s of calls
+        clock.t = t
+        gate.leave(gate.enter() - 8.1, {"steps": [{"start_s": 0.0, "end_s": 8.0}]})
+    assert gate.inflight == 3 and gate.limit() == 4  # stepped within update_s: unchanged
+    clock.t = 2.0
+    # 3 of 4 in use, delay 0.1 s (Little's law: 3 in flight at 2 per 5 s is under the 8 s
+    # span): gain (8 + 2) / (8 + 0.1), plus sqrt(4)
+    grown = gate.limit()
+    assert grown == round(4 * 10 / 8.1 + 2) == 7
+    gate.leave(gate.enter() - 8.1, {"steps": [{"start_s": 0.0, "end_s": 8.0}]})
+    clock.t = 3.0
+    assert gate.limit() == 7  # 3 of 7 in use: under half, no evidence for more
+    idle = IngressGate(None, max_inflight=50, clock=clock.now, adaptive=a)
+    idle.leave(idle.enter(), {})
+    clock.t = 4.0
+    assert idle.limit() == 4  # nothing in flight: the window is forgotten, the floor holds
+
+    sat = IngressGate(None, max_inflight=200, clock=clock.now, adaptive=a)
+    sat._limit = 200
+    started: list[float] = []  # in flight, oldest first; the control plane ends 4 a second
+    trace = []
+    for _ in range(240):
+        for _ in range(4):
+            clock.t += 0.25
+            if started:
+                sat.leave(started.pop(0), {"steps": [{"start_s": 0.5, "end_s": 8.5}]})
+            while sat.inflight < sat.limit():  # 10x overload: the bound is always full
+                started.append(sat.enter())
+        trace.append(sat.limit())
+    assert trace[2] < 200 and min(trace) >= 4
+    assert all(abs(x - 40) <= 12 for x in trace[-60:]), trace[-60:]
+
+
+def test_ingress_router_holds_queries_at_the_reported_bound():
+    """The proxy's ``IngressRouter``: a query goes to an ingress replica only while this
+    router's requests in flight there are under the bound the replica reports (before a
+    report: ``start_limit`` when given, else its ``max_ongoing_requests``); at the bound it
+    returns no replica (the request waits in the proxy's queue, with backoff); health and state
+    requests pass; completions and a dead replica free their slots."""
+    from types import SimpleNamespace
+
+    from inframind_ray.serving.router import IngressRouter
+
+    def replica(name: str, limit: int | None) -> SimpleNamespace:
+        return SimpleNamespace(replica_id=name, max_ongoing_requests=8,
+                               routing_stats={} if limit is None else {"limit": limit})
+
+    def pending(route: str) -> SimpleNamespace:
+        return SimpleNamespace(metadata=SimpleNamespace(route=route),
+                               routing_context=SimpleNamespace(should_backoff=False))
+
+    router = IngressRouter.__new__(IngressRouter)
+    router.initialize_state()
+    a, b = replica("a", 2), replica("b", None)
+    choose = lambda rs, route: asyncio.run(router.choose_replicas(rs, pending(route)))  # noqa: E731
+    assert choose([a], "/v1/queries") == [[a]]
+    router._use_replica_queue_len_cache = False
+    router.on_send_request("a")
+    router.on_send_request("a")
+    p = pending("/v1/chat/completions")
+    assert asyncio.run(router.choose_replicas([a], p)) == [] and p.routing_context.should_backoff
+    assert choose([a], "/healthz") == [[a]] and choose([a], "/v1/state") == [[a]]
+    assert choose([a, b], "/v1/queries") == [[b]]  # b: no report yet, Serve's 8
+    assert router.limit(b) == 8
+    router._start_limit = 3  # the adaptive bound's start (its floor), passed by Serve
+    assert router.limit(b) == 3 and router.limit(a) == 2
+    router.on_request_completed("a", "r1")
+    assert choose([a], "/v1/queries") == [[a]]
+    router._replicas, router._replica_id_set = {}, set()
+    router._queue_len_gauge_last_update = {}
+    router.on_replica_actor_died("a")
+    assert "a" not in router._inflight

@@ -41,7 +41,8 @@ from inframind_ray.serving.chat import (
 )
 from inframind_ray.serving.failover import Orchestrators
 from inframind_ray.serving.gate import IngressGate
-from inframind_ray.serving.metrics import shed_counter
+from inframind_ray.serving.metrics import ingress_limit_gauge, shed_counter
+from inframind_ray.serving.router import ingress_router_config
 from inframind_ray.tasks.registry import CODE_FAMILIES, FAMILIES
 
 Task = Literal[(*FAMILIES, "free")]  # a benchmark family, or free text
@@ -323,10 +324,15 @@ def ingress_options(cfg: PoolConfig) -> dict:
     """The ingress deployment's Serve options: Serve itself bounds the requests in the ingress
     replica at ``max_inflight_queries`` and queues at most ``ingress_max_queued`` more in the
     HTTP proxy; past that the proxy answers 429 with ``Retry-After: 1`` at once (Serve's
-    ``max_queued_requests`` backpressure), without a hop to a busy ingress replica."""
+    ``max_queued_requests`` backpressure), without a hop to a busy ingress replica. The proxy's
+    router (``IngressRouter``) holds queries at the bound the replica's gate reports, the
+    adaptive one under ``serving.adaptive_inflight``."""
     s = cfg.serving
     return {"max_ongoing_requests": s.max_inflight_queries,
             "max_queued_requests": s.ingress_max_queued,
+            "request_router_config": ingress_router_config(
+                s.metrics_period_s, s.max_inflight_queries if s.adaptive_inflight is None
+                else s.adaptive_inflight.min_inflight),
             "backpressure_config": BackpressureConfig(status_code=429, retry_after_s=1),
             "ray_actor_options": {"num_cpus": 0.1}}
 
@@ -342,8 +348,17 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
         def __init__(self) -> None:
             self.orch = Orchestrators.lookup(cfg.serving.standby_orchestrator)
             self.gate = IngressGate(cfg.engine.admission_margin,
-                                    cfg.serving.max_inflight_queries)
+                                    cfg.serving.max_inflight_queries,
+                                    adaptive=cfg.serving.adaptive_inflight)
             self.shed = shed_counter()
+            self.limit_gauge = ingress_limit_gauge()
+
+        def record_routing_stats(self) -> dict:
+            """The gate's bound and queries in flight, for the proxy's ``IngressRouter`` (every
+            ``metrics_period_s``); the bound is exported as a gauge too."""
+            limit = self.gate.limit()
+            self.limit_gauge.set(limit)
+            return {"limit": limit, "inflight": self.gate.inflight}
 
         def _refused(self, budget_s: float) -> dict | None:
             """The ingress gate (the one admission rule, ``serving/gate.py``): its 429 / 503
@@ -372,7 +387,8 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
         async def state(self) -> JSONResponse:
             out = await _call(self.orch, "state")
             if out.get("http_status", 200) < 400:
-                out |= {"failovers": self.orch.failovers, "ingress_inflight": self.gate.inflight}
+                out |= {"failovers": self.orch.failovers, "ingress_inflight": self.gate.inflight,
+                        "ingress_limit": self.gate.limit()}
             return _reply(out)
 
         @app.post("/v1/queries", responses=_errors(400, 401, 404, 413, 422, 429, 503))

@@ -15,7 +15,21 @@ Retry-After), never reaching the orchestrator. With no query in flight both are 
 idle service admits; the next answers measure them again).
 
 The ``max_inflight_queries`` bound is checked here too (429), so that its refusal does not wait
-for a busy orchestrator's event loop; the orchestrator keeps its own check for other paths."""
+for a busy orchestrator's event loop; the orchestrator keeps its own check for other paths.
+With ``serving.adaptive_inflight`` a second, lower bound is steered at run time for the HTTP
+proxies' routers (``serving.router.IngressRouter``), which hold queries past it: every
+``update_s`` the bound is multiplied by ``(span + target_delay_s) / (span + backlog)``, the
+ratio of the latency the control plane should give to the one Little's law predicts now
+(the backlog's excess wait above, not the measured EWMA, which lags by a query's latency and
+would make the bound swing; ``span`` the calls' EWMA), kept within [0.5, 2], plus
+``sqrt(bound)`` of headroom when it grows (the gradient limit of Netflix's concurrency-limits
+and Envoy's adaptive concurrency filter). It grows only while at least half of it is in use
+(an idle service gives no evidence that more would be served in time) and moves only when a
+query completed in the last ``window_s``; it starts at ``min_inflight``, its floor, and
+``max_inflight_queries`` is its ceiling. At a saturated control plane of throughput X it
+settles where Little's law puts it, ``X * (span + target_delay_s)``. Past the requests a
+router holds (``ingress_max_queued``) Serve answers 429 in the proxy at once. With several
+proxies each holds its own requests at the bound, so together they may admit more."""
 
 from __future__ import annotations
 
@@ -24,6 +38,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from inframind_ray.config import AdaptiveInflightConfig
 from inframind_ray.core.request import ewma
 from inframind_ray.replica.predict import too_late
 
@@ -32,9 +47,12 @@ class IngressGate:
     """The ingress's admission state: its queries in flight, the control-plane delay EWMA."""
 
     def __init__(self, margin: float | None, max_inflight: int | None = None,
-                 window_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 window_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 adaptive: AdaptiveInflightConfig | None = None) -> None:
         self.margin, self.max_inflight, self.clock = margin, max_inflight, clock
-        self.window_s = window_s
+        self.window_s, self.adaptive = window_s, adaptive
+        self._limit = adaptive.min_inflight if adaptive is not None else max_inflight
+        self._stepped = -math.inf
         self.inflight = 0
         self.delay_s = 0.0  # EWMA of answered queries' time outside their agent calls
         self.span_s = 0.0  # EWMA of answered queries' span of agent calls
@@ -57,9 +75,36 @@ class IngressGate:
             self._done.clear()
         return max(self.delay_s, self.backlog_s())
 
+    def limit(self) -> int | None:
+        """The bound on queries in flight now (None: unbounded); steps it when due."""
+        a = self.adaptive
+        if a is None or self.max_inflight is None:
+            return self.max_inflight
+        now = self.clock()
+        if now - self._stepped >= a.update_s:
+            self._stepped = now
+            self._step(a)
+        return self._limit
+
+    def _step(self, a: AdaptiveInflightConfig) -> None:
+        """One step of the adaptive bound (the module's docstring)."""
+        self.predicted_delay_s()  # forgets the window when nothing is in flight
+        delay = self.backlog_s()  # the leading signal: the measured EWMA lags and would swing
+        if not self._done:  # no query completed in the window: no evidence either way
+            return
+        gain = (self.span_s + a.target_delay_s) / max(1e-3, self.span_s + delay)
+        gain = min(2.0, max(0.5, gain))
+        if gain >= 1.0 and self.inflight < self._limit / 2:
+            return  # the bound is not what limits the traffic
+        new = self._limit * gain + (math.sqrt(self._limit) if gain >= 1.0 else 0.0)
+        self._limit = int(min(self.max_inflight, max(a.min_inflight, round(new))))
+
     def refusal(self, budget_s: float) -> dict | None:
-        """The 429 (``max_inflight`` queries in flight) or 503 (the rule) answer for a query due
-        in ``budget_s``; None admits."""
+        """The 429 (``max_inflight`` queries in flight) or 503 (the rule) answer for a query
+        due in ``budget_s``; None admits. The adaptive bound is not checked here: the proxies'
+        routers hold queries at it, and a router's view lags the replica's by the routing
+        stats' round trip (through Serve's controller, seconds on loaded cores), so refusing
+        here by it would answer the 429s late, after their wait in the proxy."""
         if self.max_inflight is not None and self.inflight >= self.max_inflight:
             return {"http_status": 429, "error": "too many queries in flight", "retry_after": 1}
         delay = self.predicted_delay_s()

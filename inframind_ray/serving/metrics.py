@@ -17,7 +17,7 @@ NAMES = (
     "inframind_replica_requests_total", "inframind_replica_queue_wait_s",
     "inframind_replica_waiting", "inframind_replica_running", "inframind_replica_kv_usage",
     "inframind_replica_e2e_ewma_s", "inframind_policy_version_info",
-    "inframind_canary_queries",
+    "inframind_canary_queries", "inframind_ingress_inflight_limit",
 )
 """Every metric this package exports (without Ray's ``ray_`` prefix)."""
 
@@ -27,6 +27,12 @@ def shed_counter() -> Counter:
     own refusals)."""
     return Counter("inframind_queries_shed_total", "queries refused at the ingress",
                    tag_keys=("reason",))
+
+
+def ingress_limit_gauge() -> Gauge:
+    """The ingress replica's bound on queries in flight (``serving.adaptive_inflight``, else
+    ``max_inflight_queries``)."""
+    return Gauge("inframind_ingress_inflight_limit", "the ingress's bound on queries in flight")
 
 
 class OrchestratorMetrics:

@@ -1,4 +1,5 @@
-"""The choice among a model's Serve replicas: the shared ``replica.choice.earliest_finish`` (the
+"""The Serve request routers: the ingress's bound on queries in flight, and the choice among a
+model's Serve replicas: the shared ``replica.choice.earliest_finish`` (the
 request's predicted finish under each replica's EDF queue), the twin's own, as a Ray Serve
 request router.
 
@@ -79,6 +80,8 @@ class DeadlineRouter(FIFOMixin, RequestRouter):
         them) next."""
         if not candidate_replicas:
             return []
+        if pending_request is not None:  # all replicas full: back off, do not spin
+            pending_request.routing_context.should_backoff = True
         live = {r.replica_id for r in candidate_replicas}
         for rid in [r for r in self._sent if r not in live]:
             del self._sent[rid]
@@ -98,6 +101,68 @@ class DeadlineRouter(FIFOMixin, RequestRouter):
             if e[1] == math.inf:
                 e[1] = time.time()
                 return
+
+
+BOUNDED_ROUTES = ("/v1/queries", "/v1/chat/completions")
+
+
+class IngressRouter(FIFOMixin, RequestRouter):
+    """The ingress's router, in each HTTP proxy: a query or chat goes to an ingress replica only
+    while this router's requests in flight there are fewer than the bound the replica reports
+    (``limit`` in its routing stats, ``serving.gate.IngressGate.limit``; ``start_limit``
+    before its first report). Held requests wait in the proxy's queue, and past
+    ``ingress_max_queued`` of them Serve answers 429 at once. Other routes (health, state,
+    policies) are not held (but Serve's 429 counts them when the queue is full). With several
+    proxies each counts only its own requests."""
+
+    def initialize_state(self, start_limit: int | None = None, **kwargs: object) -> None:
+        """This router's requests in flight, per replica; the bound before a report."""
+        self._inflight: dict[ReplicaID, int] = {}
+        self._start_limit = start_limit
+
+    async def choose_replicas(
+        self, candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        """The replicas under their bound, least loaded first; none (wait) when all are at it."""
+        if pending_request is not None:
+            pending_request.routing_context.should_backoff = True
+        route = pending_request.metadata.route if pending_request is not None else ""
+        if not route.startswith(BOUNDED_ROUTES):
+            return [candidate_replicas] if candidate_replicas else []
+        under = [r for r in candidate_replicas
+                 if self._inflight.get(r.replica_id, 0) < self.limit(r)]
+        return [sorted(under, key=lambda r: self._inflight.get(r.replica_id, 0))] if under else []
+
+    def limit(self, replica: RunningReplica) -> int:
+        """An ingress replica's reported bound on queries in flight (``start_limit``, else its
+        ``max_ongoing_requests``, until it reports)."""
+        limit = (replica.routing_stats or {}).get("limit", self._start_limit)
+        return int(limit) if limit is not None else replica.max_ongoing_requests
+
+    def on_send_request(self, replica_id: ReplicaID) -> None:
+        """Count a request sent to ``replica_id`` (and keep Serve's queue-length cache)."""
+        super().on_send_request(replica_id)
+        self._inflight[replica_id] = self._inflight.get(replica_id, 0) + 1
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        """A request to ``replica_id`` ended."""
+        if self._inflight.get(replica_id, 0) > 0:
+            self._inflight[replica_id] -= 1
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        """A dead replica's requests are no longer in flight."""
+        super().on_replica_actor_died(replica_id)
+        self._inflight.pop(replica_id, None)
+
+
+def ingress_router_config(stats_period_s: float, start_limit: int) -> RequestRouterConfig:
+    """The ingress deployment's router: the replica's bound (``start_limit`` before its first
+    report), on reports every ``stats_period_s``."""
+    return RequestRouterConfig(request_router_class=IngressRouter,
+                               request_router_kwargs={"start_limit": start_limit},
+                               request_routing_stats_period_s=stats_period_s,
+                               request_routing_stats_timeout_s=max(1.0, 10 * stats_period_s))
 
 
 def router_config(stats_period_s: float) -> RequestRouterConfig:
