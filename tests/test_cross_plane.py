@@ -348,7 +348,8 @@ def test_twin_and_serve_router_choose_the_same_replica():
         **routing_stats(s), "timestamp": now}) for i, s in enumerate(snaps)]
     serve_picks = []
     for d in due_in:
-        req = SimpleNamespace(args=[GenerateRequest("p", "q", 10, now + d)])
+        req = SimpleNamespace(args=[GenerateRequest("p", "q", 10, now + d)],
+                              routing_context=SimpleNamespace(should_backoff=False))
         ranks = asyncio.run(router.choose_replicas(served, req))
         serve_picks.append(served.index(ranks[0][0]))
     assert twin_picks == serve_picks == [0, 1]
