@@ -175,6 +175,13 @@ def test_serve_routes_to_the_shortest_queue(session):
     h = serve.get_deployment_handle("model:small", "model:small")
 
     async def main():
+        # a new handle's first queue-length probes can time out (0.1 s) on loaded cores, and
+        # Serve then sends to the next rank, a busy replica (CI, 2026-12-03: the first probe
+        # waited 4.4 s): warm the handle up with short requests first
+        for i in range(3):
+            await h.generate.remote(GenerateRequest(
+                f"warm{i}", "p", 2, time.time() + 30, strategy="flash", prompt_tokens_hint=10))
+        await asyncio.sleep(0.5)
         blockers = []
         for i in range(2):
             blockers.append(h.generate.remote(GenerateRequest(
