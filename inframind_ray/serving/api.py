@@ -331,8 +331,8 @@ def ingress_options(cfg: PoolConfig) -> dict:
     return {"max_ongoing_requests": s.max_inflight_queries,
             "max_queued_requests": s.ingress_max_queued,
             "request_router_config": ingress_router_config(
-                s.metrics_period_s, s.max_inflight_queries if s.adaptive_inflight is None
-                else s.adaptive_inflight.min_inflight),
+                s.metrics_period_s, IngressGate.start_limit(s.max_inflight_queries,
+                                                            s.adaptive_inflight)),
             "backpressure_config": BackpressureConfig(status_code=429, retry_after_s=1),
             "ray_actor_options": {"num_cpus": 0.1}}
 
@@ -354,11 +354,11 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
             self.limit_gauge = ingress_limit_gauge()
 
         def record_routing_stats(self) -> dict:
-            """The gate's bound and queries in flight, for the proxy's ``IngressRouter`` (every
+            """The gate's bound, for the proxy's ``IngressRouter`` (every
             ``metrics_period_s``); the bound is exported as a gauge too."""
             limit = self.gate.limit()
             self.limit_gauge.set(limit)
-            return {"limit": limit, "inflight": self.gate.inflight}
+            return {"limit": limit}
 
         def _refused(self, budget_s: float) -> dict | None:
             """The ingress gate (the one admission rule, ``serving/gate.py``): its 429 / 503

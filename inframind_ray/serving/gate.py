@@ -51,7 +51,7 @@ class IngressGate:
                  adaptive: AdaptiveInflightConfig | None = None) -> None:
         self.margin, self.max_inflight, self.clock = margin, max_inflight, clock
         self.window_s, self.adaptive = window_s, adaptive
-        self._limit = adaptive.min_inflight if adaptive is not None else max_inflight
+        self._limit = self.start_limit(max_inflight, adaptive)
         self._stepped = -math.inf
         self.inflight = 0
         self.delay_s = 0.0  # EWMA of answered queries' time outside their agent calls
@@ -68,11 +68,21 @@ class IngressGate:
             return 0.0
         return max(0.0, self.inflight * self.window_s / len(self._done) - self.span_s)
 
-    def predicted_delay_s(self) -> float:
-        """The control plane's predicted delay for a new query: the larger of the two."""
+    @staticmethod
+    def start_limit(max_inflight: int | None, adaptive: AdaptiveInflightConfig | None
+                    ) -> int | None:
+        """The bound before any step: the adaptive floor, else ``max_inflight``."""
+        return adaptive.min_inflight if adaptive is not None else max_inflight
+
+    def _forget_if_idle(self) -> None:
+        """With nothing in flight, the measurements are forgotten."""
         if self.inflight == 0:
             self.delay_s = self.span_s = 0.0
             self._done.clear()
+
+    def predicted_delay_s(self) -> float:
+        """The control plane's predicted delay for a new query: the larger of the two."""
+        self._forget_if_idle()
         return max(self.delay_s, self.backlog_s())
 
     def limit(self) -> int | None:
@@ -88,7 +98,7 @@ class IngressGate:
 
     def _step(self, a: AdaptiveInflightConfig) -> None:
         """One step of the adaptive bound (the module's docstring)."""
-        self.predicted_delay_s()  # forgets the window when nothing is in flight
+        self._forget_if_idle()
         delay = self.backlog_s()  # the leading signal: the measured EWMA lags and would swing
         if not self._done:  # no query completed in the window: no evidence either way
             return

@@ -159,15 +159,17 @@ class IngressRouter(FIFOMixin, RequestRouter):
 def ingress_router_config(stats_period_s: float, start_limit: int) -> RequestRouterConfig:
     """The ingress deployment's router: the replica's bound (``start_limit`` before its first
     report), on reports every ``stats_period_s``."""
-    return RequestRouterConfig(request_router_class=IngressRouter,
-                               request_router_kwargs={"start_limit": start_limit},
-                               request_routing_stats_period_s=stats_period_s,
-                               request_routing_stats_timeout_s=max(1.0, 10 * stats_period_s))
+    return _config(IngressRouter, stats_period_s, start_limit=start_limit)
 
 
 def router_config(stats_period_s: float) -> RequestRouterConfig:
     """The model deployments' router: the earliest predicted finish, on reports every
     ``stats_period_s``."""
-    return RequestRouterConfig(request_router_class=DeadlineRouter,
+    return _config(DeadlineRouter, stats_period_s)
+
+
+def _config(cls: type[RequestRouter], stats_period_s: float, **kwargs: Any) -> RequestRouterConfig:
+    """A router class on replica reports every ``stats_period_s`` (``kwargs`` to its state)."""
+    return RequestRouterConfig(request_router_class=cls, request_router_kwargs=kwargs,
                                request_routing_stats_period_s=stats_period_s,
                                request_routing_stats_timeout_s=max(1.0, 10 * stats_period_s))
