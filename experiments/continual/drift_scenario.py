@@ -1,0 +1,286 @@
+"""Drift scenarios (issue 20, docs/continual.md): after a drift (the traffic mix shifted, or a
+model slowed 2x), the continual learner trains on the pool's live rollouts, its candidates go
+through the twin replay gate and the canary without a human command, and after the first
+promotion the promoted version and the frozen shipped one serve the same arrival sequence, one
+after the other, on the drifted pool. Writes results.json, queries.json and scenario.png under
+--out.
+
+    python experiments/continual/drift_scenario.py --scenario slowed
+    python experiments/continual/drift_scenario.py --scenario mix_shift
+
+Ray Serve with twin engines (experiments/continual/pool.yaml, time_scale 0.1: 10x compressed,
+budgets scaled the same), the learner a separate process (`inframind learn`, its own local Ray).
+The drift is in place from the first query (t = 0)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import yaml
+
+from inframind_ray import assumptions as A
+from inframind_ray.config import load_pool
+from inframind_ray.policy.learned import DEFAULT_CHECKPOINT
+from inframind_ray.policy.registry import PolicyRegistry
+from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.serving.app import start
+from inframind_ray.serving.drift import MixShifted, ModelSlowed, apply_to_config
+from inframind_ray.tasks.workload import (
+    MMLU_ONLY,
+    WorkloadSpec,
+    arrival_times,
+    budgets,
+    sample_task_items,
+)
+
+HERE = Path(__file__).parent
+SERVE_LOCK = "/tmp/serve.lock"  # shared with every Serve run on this machine
+TIME_SCALE = 0.1  # pool.yaml's engine time_scale
+# chosen before any run: the strongest model slowed (the one a quality-seeking policy leans
+# on), and a shift from the MMLU-Pro traffic of the bad-candidate scenario to GSM8K-heavy
+SCENARIOS = {
+    "slowed": (ModelSlowed(model="llama-3.1-70b", factor=2.0), MMLU_ONLY),
+    "mix_shift": (MixShifted(tasks=[("gsm8k", 0.8), ("mmlu_pro", 0.2)]),
+                  (("gsm8k", 0.8), ("mmlu_pro", 0.2))),
+}
+CANARY_SHARE = 0.25  # the scenario's canary share (default 0.1): a shorter canary, same test
+
+
+async def drive(url: str, wl: WorkloadSpec, tag: str, stop=None) -> list[dict]:  # noqa: ANN001
+    """Send ``wl``'s queries at its arrival times (budgets x TIME_SCALE); every query sent is
+    reported. ``stop()`` true ends the sending early."""
+    items, buds, at = sample_task_items(wl), budgets(wl), arrival_times(wl)
+    rows: list[dict] = []
+    t0 = time.monotonic()
+
+    async def one(session: aiohttp.ClientSession, i: int) -> None:
+        task, item = items[i]
+        row = {"i": i, "query_id": f"{tag}-{i}", "task": task, "item_id": item,
+               "budget_s": float(buds[i]), "sent_s": time.monotonic() - t0, "http_status": 0}
+        try:
+            async with session.post(f"{url}/v1/queries", json={
+                    "task": task, "item_id": item, "budget_s": float(buds[i]),
+                    "query_id": row["query_id"]}) as r:
+                d = await r.json(content_type=None)
+                row.update(http_status=r.status, policy_version=d.get("policy_version"),
+                           correct=d.get("correct"), within_budget=d.get("within_budget"),
+                           latency_s=d.get("latency_s"))
+        except (aiohttp.ClientError, TimeoutError) as e:
+            row["error"] = f"{type(e).__name__}: {e}"
+        row["done_s"] = time.monotonic() - t0
+        rows.append(row)
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60),
+                                     connector=aiohttp.TCPConnector(limit=0)) as session:
+        tasks = []
+        for i in range(wl.n_queries):
+            await asyncio.sleep(max(0.0, t0 + float(at[i]) - time.monotonic()))
+            if stop is not None and stop():
+                break
+            tasks.append(asyncio.create_task(one(session, i)))
+        if tasks:
+            await asyncio.wait(tasks, timeout=90)
+    return sorted(rows, key=lambda r: r["i"])
+
+
+def goodput(rows: list[dict]) -> np.ndarray:
+    """Per query: 1 for a correct answer within budget; a query not answered 200 counts 0."""
+    return np.array([float(r["http_status"] == 200 and bool(r.get("correct"))
+                           and bool(r.get("within_budget"))) for r in rows])
+
+
+def paired(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
+    """Mean of a - b over paired queries, 95% bootstrap interval (queries resampled)."""
+    d = a - b
+    rng = np.random.default_rng(seed)
+    boots = [d[rng.integers(0, len(d), len(d))].mean() for _ in range(4000)]
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return {"n": len(d), "a": round(a.mean(), 4), "b": round(b.mean(), 4),
+            "diff": round(d.mean(), 4), "diff_95ci": [round(lo, 4), round(hi, 4)],
+            "discordant": int((d != 0).sum())}
+
+
+def write_configs(out: Path, scenario: str, rate: float, seed: int):  # noqa: ANN201
+    """The drifted pool file and the learner's config (the shipped continual.yaml with the
+    gate on and the scenario's workload for the replay gate)."""
+    drift, tasks = SCENARIOS[scenario]
+    base = load_pool(HERE / "pool.yaml")
+    s = base.serving.model_copy(update={
+        "registry_dir": str(out / "registry"), "records_dir": str(out / "records"),
+        "canary": base.serving.canary.model_copy(update={"share": CANARY_SHARE})})
+    cfg = apply_to_config(base.model_copy(update={"serving": s}), drift)
+    pool_file = out / "pool.yaml"
+    pool_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    learner = yaml.safe_load((HERE.parents[1] / "rllib_configs/continual.yaml").read_text())
+    scaled = [b * TIME_SCALE for b in A.BUDGET_RANGE_S]
+    learner.update(deployment=str(pool_file), min_age_s=30 * TIME_SCALE)
+    learner["gate"].update(enabled=True)
+    learner["gate"]["replay"].update(rate_per_min=rate, budget_range_s=scaled,
+                                     tasks=[list(t) for t in tasks], seed=seed)
+    learner_file = out / "continual.yaml"
+    learner_file.write_text(yaml.safe_dump(learner, sort_keys=False))
+    return cfg, tasks, learner_file
+
+
+def set_active(reg: PolicyRegistry, version: str, info) -> None:  # noqa: ANN001
+    """Make ``version`` active and pinned (no canary can run: the comparison's arms are
+    pure)."""
+    reg.unpin(actor="scenario")
+    if reg.state().active != version:
+        reg.promote(version, info, actor="scenario")
+    reg.pin(version, actor="scenario")
+
+
+def wait_serving(orch, version: str, timeout_s: float = 30) -> None:  # noqa: ANN001
+    import ray
+
+    t = time.monotonic()
+    while ray.get(orch.state.remote()).get("policy_version") != version:
+        if time.monotonic() - t > timeout_s:
+            raise RuntimeError(f"the pool did not swap to {version} in {timeout_s:g} s")
+        time.sleep(0.5)
+
+
+def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+    g = goodput(live)
+    k = 50
+    if len(g) >= k:
+        xs = [r["sent_s"] for r in live][k - 1:]
+        a.plot(xs, np.convolve(g, np.ones(k) / k, "valid"), label=f"live goodput ({k}-query mean)")
+    for e in events:
+        if e["op"] in ("register", "gate:replay", "promote", "canary_start", "canary_rollback"):
+            x = e["at"] - t_live
+            a.axvline(x, color={"promote": "g", "canary_rollback": "r"}.get(e["op"], "0.6"),
+                      lw=0.8, ls="--")
+            a.text(x, 0.02, f"{e['op']} {e['version']}", rotation=90, fontsize=6)
+    a.set_xlabel("seconds of live traffic")
+    a.set_ylim(0, 1)
+    a.set_title("live phase: learner, gates, canary")
+    a.legend(fontsize=8)
+    for name, rows in arms.items():
+        gg = goodput(rows)
+        b.plot(np.arange(1, len(gg) + 1), np.cumsum(gg) / np.arange(1, len(gg) + 1), label=name)
+    b.set_xlabel("query of the comparison window")
+    b.set_ylabel("cumulative goodput")
+    b.set_title("same arrivals after the drift: promoted vs frozen")
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "scenario.png", dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", choices=sorted(SCENARIOS), required=True)
+    ap.add_argument("--out", type=Path, default=None, help="default runs/continual/SCENARIO")
+    ap.add_argument("--rate", type=float, default=120.0, help="live req/min")
+    ap.add_argument("--max-live-s", type=float, default=1500.0,
+                    help="the most seconds of live traffic waiting for the first promotion")
+    ap.add_argument("--window", type=int, default=400, help="queries per arm compared")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    out = args.out or Path("runs/continual") / args.scenario
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    cfg, tasks, learner_file = write_configs(out, args.scenario, args.rate, args.seed)
+    info = build_pool_info(cfg)
+    reg = PolicyRegistry(out / "registry")
+    frozen = reg.seed(DEFAULT_CHECKPOINT, info)
+    scaled = tuple(b * TIME_SCALE for b in A.BUDGET_RANGE_S)
+    doc: dict = {"command": " ".join(["python", *sys.argv]), "scenario": args.scenario,
+                 "drift": SCENARIOS[args.scenario][0].model_dump(), "tasks": tasks,
+                 "time_scale": TIME_SCALE, "budget_range_s": scaled, "rate": args.rate,
+                 "canary_share": CANARY_SHARE, "frozen": frozen}
+    with open(SERVE_LOCK, "a") as lock:  # other runs bind these ports
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        session = start(cfg)
+        learner = None
+        try:
+            exe = Path(sys.executable).with_name("inframind")
+            learner = subprocess.Popen(
+                [str(exe), "learn", "-c", str(learner_file), "--out", str(out / "learner")],
+                stdout=(out / "learner.log").open("w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+                start_new_session=True, env={**os.environ, "NO_COLOR": "1"})
+            t_live = time.time()
+            promoted: list[str] = []
+
+            def stop() -> bool:
+                if not promoted:
+                    act = reg.state().active
+                    if act != frozen:
+                        promoted.append(act)
+                return bool(promoted) or learner.poll() is not None
+
+            n_live = int(args.rate / 60 * args.max_live_s)
+            live = asyncio.run(drive(session.url, WorkloadSpec(
+                args.rate, n_live, split="test", seed=args.seed, budget_range_s=scaled,
+                tasks=tasks), "live", stop))
+            t_end_live = time.time()
+            os.killpg(learner.pid, signal.SIGINT)
+            try:
+                learner.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(learner.pid, signal.SIGKILL)
+            st = reg.state()
+            promote = [e for e in st.log if e["op"] == "promote"]
+            doc.update(live_queries=len(live), live_s=round(t_end_live - t_live, 1),
+                       learner_rc=learner.returncode, promoted=promoted[0] if promoted else None,
+                       time_to_first_promotion_s=round(promote[0]["at"] - t_live, 1)
+                       if promote else None,
+                       live_goodput_by_version={
+                           v: [round(goodput([r for r in live if r.get("policy_version") == v])
+                                     .mean(), 4),
+                               sum(r.get("policy_version") == v for r in live)]
+                           for v in sorted({r.get("policy_version") for r in live} - {None})},
+                       live_not_200=sum(r["http_status"] != 200 for r in live))
+            arms: dict[str, list[dict]] = {}
+            if promoted:
+                wl = WorkloadSpec(args.rate, args.window, split="test", seed=args.seed + 1,
+                                  budget_range_s=scaled, tasks=tasks)
+                for name, version in (("continual", promoted[0]), ("frozen", frozen)):
+                    set_active(reg, version, info)
+                    wait_serving(session.orchestrator, version)
+                    arms[name] = asyncio.run(drive(session.url, wl, name))
+                doc["window"] = {
+                    "queries": args.window, "seed": args.seed + 1,
+                    "goodput": paired(goodput(arms["continual"]), goodput(arms["frozen"])),
+                    "slo_attainment": paired(
+                        *(np.array([float(r["http_status"] == 200 and bool(r.get(
+                            "within_budget"))) for r in arms[a]]) for a in arms)),
+                    "not_200": {a: sum(r["http_status"] != 200 for r in arms[a]) for a in arms}}
+        finally:
+            if learner is not None and learner.poll() is None:
+                os.killpg(learner.pid, signal.SIGKILL)
+            session.stop()
+    st = reg.state()
+    doc["registry_log"] = st.log
+    doc["learner_metrics"] = [json.loads(x) for x in (out / "learner" / "metrics.jsonl")
+                              .read_text().splitlines()] \
+        if (out / "learner" / "metrics.jsonl").exists() else []
+    (out / "results.json").write_text(json.dumps(doc, indent=2, default=float))
+    (out / "queries.json").write_text(json.dumps({"live": live, **arms}, default=float))
+    plot(out, live, st.log, arms, t_live)
+    print(json.dumps({k: doc.get(k) for k in ("promoted", "time_to_first_promotion_s",
+                                              "live_goodput_by_version", "window")},
+                     indent=2, default=float))
+
+
+if __name__ == "__main__":
+    main()
