@@ -153,7 +153,10 @@ def wait_serving(orch, version: str, timeout_s: float = 30) -> None:  # noqa: AN
         time.sleep(0.5)
 
 
-def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: float) -> None:
+def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: float,
+         live_s: float, window: dict | None) -> None:
+    """Left: live goodput with the learner's candidates (ticks: grey passed the twin gate,
+    red failed it), canaries (shaded) and promotions. Right: the comparison window."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -165,25 +168,50 @@ def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: fl
     if len(g) >= k:
         xs = [r["sent_s"] for r in live][k - 1:]
         a.plot(xs, np.convolve(g, np.ones(k) / k, "valid"), label=f"live goodput ({k}-query mean)")
+    started: dict[str, float] = {}
     for e in events:
-        if e["op"] in ("register", "gate:replay", "promote", "canary_start", "canary_rollback"):
-            x = e["at"] - t_live
-            a.axvline(x, color={"promote": "g", "canary_rollback": "r"}.get(e["op"], "0.6"),
-                      lw=0.8, ls="--")
-            a.text(x, 0.02, f"{e['op']} {e['version']}", rotation=90, fontsize=6)
-    a.set_xlabel("seconds of live traffic")
+        x = e["at"] - t_live
+        if not 0 <= x <= live_s + 5:
+            continue
+        if e["op"] == "gate:replay":
+            a.plot([x, x], [0, 0.06], color="0.5" if e.get("passed") else "r", lw=1.2)
+        elif e["op"] == "canary_start":
+            started[e["version"]] = x
+        elif e["op"] in ("promote", "canary_rollback") and e["version"] in started:
+            ok = e["op"] == "promote"
+            a.axvspan(started.pop(e["version"]), x, color="g" if ok else "r", alpha=0.12)
+            a.text(x, 0.9, f"{'promote' if ok else 'rollback'} {e['version']}", fontsize=7,
+                   ha="right")
+    for v, x in started.items():
+        a.axvspan(x, live_s, color="0.5", alpha=0.1)
+        a.text(live_s, 0.9, f"canary {v}", fontsize=7, ha="right")
+    a.set_xlabel("seconds of live traffic (ticks: candidates through the twin gate)")
     a.set_ylim(0, 1)
-    a.set_title("live phase: learner, gates, canary")
-    a.legend(fontsize=8)
+    a.set_title("live phase: learner, gates, canaries (shaded)")
+    a.legend(fontsize=8, loc="lower right")
     for name, rows in arms.items():
         gg = goodput(rows)
         b.plot(np.arange(1, len(gg) + 1), np.cumsum(gg) / np.arange(1, len(gg) + 1), label=name)
     b.set_xlabel("query of the comparison window")
     b.set_ylabel("cumulative goodput")
-    b.set_title("same arrivals after the drift: promoted vs frozen")
+    title = "same arrivals after the drift: promoted vs frozen"
+    if window:
+        gp = window["goodput"]
+        title += f"\ndiff {gp['diff']:+.4f}, 95% CI [{gp['diff_95ci'][0]:+.4f}, " \
+                 f"{gp['diff_95ci'][1]:+.4f}]"
+    b.set_title(title, fontsize=10)
     b.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "scenario.png", dpi=120)
+
+
+def replot(out: Path) -> None:
+    """Redraw ``out/scenario.png`` from its results.json and queries.json."""
+    doc = json.loads((out / "results.json").read_text())
+    q = json.loads((out / "queries.json").read_text())
+    live = q.pop("live")
+    plot(out, live, doc["registry_log"], q, doc["live_started_at"], doc["live_s"],
+         doc.get("window"))
 
 
 def main() -> None:
@@ -195,7 +223,11 @@ def main() -> None:
                     help="the most seconds of live traffic waiting for the first promotion")
     ap.add_argument("--window", type=int, default=400, help="queries per arm compared")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--replot", action="store_true", help="only redraw --out's scenario.png")
     args = ap.parse_args()
+    if args.replot:
+        replot(args.out or Path("runs/continual") / args.scenario)
+        return
     out = args.out or Path("runs/continual") / args.scenario
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -239,8 +271,9 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(learner.pid, signal.SIGKILL)
             st = reg.state()
-            promote = [e for e in st.log if e["op"] == "promote"]
+            promote = [e for e in st.log if e["op"] == "promote" and e["version"] != frozen]
             doc.update(live_queries=len(live), live_s=round(t_end_live - t_live, 1),
+                       live_started_at=round(t_live, 3),
                        learner_rc=learner.returncode, promoted=promoted[0] if promoted else None,
                        time_to_first_promotion_s=round(promote[0]["at"] - t_live, 1)
                        if promote else None,
@@ -276,7 +309,7 @@ def main() -> None:
         if (out / "learner" / "metrics.jsonl").exists() else []
     (out / "results.json").write_text(json.dumps(doc, indent=2, default=float))
     (out / "queries.json").write_text(json.dumps({"live": live, **arms}, default=float))
-    plot(out, live, st.log, arms, t_live)
+    plot(out, live, st.log, arms, t_live, doc["live_s"], doc.get("window"))
     print(json.dumps({k: doc.get(k) for k in ("promoted", "time_to_first_promotion_s",
                                               "live_goodput_by_version", "window")},
                      indent=2, default=float))
