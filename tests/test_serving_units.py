@@ -210,6 +210,7 @@ def test_ingress_refuses_a_query_no_model_can_answer_within_its_budget(tmp_path)
     margin of null, admits it (the policy then plans)."""
     from inframind_ray.config import load_pool
     from inframind_ray.serving.orchestrator import Orchestrator
+    from inframind_ray.serving.queries import query_info
 
     cfg = load_pool(Path(__file__).parent / "pools" / "serve_test.yaml")
     serving = cfg.serving.model_copy(update={"records_dir": str(tmp_path / "rec"),
@@ -228,11 +229,11 @@ def test_ingress_refuses_a_query_no_model_can_answer_within_its_budget(tmp_path)
     assert out["http_status"] == 503 and out["retry_after"] == 1, out
     assert out["error"].startswith("no model is predicted to answer within the budget"), out
     assert "1.06 s" in out["error"] and refused_s < 0.05 and orch.inflight == 0
-    q = orch._query_info({"item_id": 70, "budget_s": 0.8}, time.time())
+    q = query_info({"item_id": 70, "budget_s": 0.8}, time.time())
     assert orch._admit(q) is None  # 1.06 s <= 1.5 x 0.8 s
     orch.cfg = orch.cfg.model_copy(update={"engine": orch.cfg.engine.model_copy(update={
         "admission_margin": None})})
-    q = orch._query_info({"item_id": 70, "budget_s": 0.6}, time.time())
+    q = query_info({"item_id": 70, "budget_s": 0.6}, time.time())
     assert orch._admit(q) is None
 
 

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import math
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -22,34 +21,25 @@ from inframind_ray.orchestration.controller import ExecutionController
 from inframind_ray.orchestration.runner import AgentCall, AgentResult, QueryResult, run_query
 from inframind_ray.policy.base import Policy
 from inframind_ray.policy.baselines import make_policy
-from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, CheckpointError, LearnedPolicy
+from inframind_ray.policy.learned import CheckpointError, LearnedPolicy
 from inframind_ray.policy.recording import RecordingPolicy
-from inframind_ray.policy.registry import PolicyRegistry, RegistryError, describe
+from inframind_ray.policy.registry import RegistryError
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.replica.predict import fastest_finish_in_s, too_late
 from inframind_ray.serving.backend import ServeBackend
-from inframind_ray.serving.canary import CanaryRunner
 from inframind_ray.serving.engines.base import GenerateResult
 from inframind_ray.serving.metrics import OrchestratorMetrics
+from inframind_ray.serving.queries import NotFound, UserError, grade_answer, grade_final, query_info
 from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
 from inframind_ray.serving.rollouts import RolloutRecorder
 from inframind_ray.serving.tracing import Tracing
-from inframind_ray.tasks.base import free_text_prompt_tokens
-from inframind_ray.tasks.registry import family, reference_family
+from inframind_ray.serving.versions import ServedVersion
 
 log = logging.getLogger(__name__)
 
 APP_NAME = "inframind"
-
-
-class UserError(ValueError):
-    """A request the client must fix (HTTP 400)."""
-
-
-class NotFound(UserError):
-    """A request naming an item that does not exist (HTTP 404)."""
 
 
 class Orchestrator:
@@ -64,10 +54,6 @@ class Orchestrator:
                               unavailable_after_s=s.unavailable_after_s)
         self.records = RecordWriter(Path(s.records_dir))
         self.rollouts = RolloutRecorder(Path(s.records_dir), s.rollouts)
-        self.registry = PolicyRegistry(Path(s.registry_dir).expanduser())
-        self.policy_version: str | None = None  # the registry version the learned policy is
-        self._registry_stamp = -1  # registry.json's stamp when last read (_sync_registry)
-        self.policy_note: str | None = None  # a configured checkpoint the registry overrides
         self.policies: dict[str, Policy] = {}
         self.default_policy = s.default_policy
         self.policy_status = "ok"
@@ -75,12 +61,13 @@ class Orchestrator:
         self.served = 0
         self.counters: Counter[str] = Counter()  # agent_call_retries, agent_calls_lost
         self.metrics = OrchestratorMetrics()
-        self.canary = CanaryRunner(self.registry, s.canary, self.metrics)  # serving/canary.py
+        self.versions = ServedVersion(self.cfg, self.metrics)  # serving/versions.py
+        self.canary = self.versions.canary
         self._handles: dict | None = None
         self.tracing = Tracing(otel)
         self._embedder_ready: asyncio.Future | None = None
         self._policy(self.default_policy)  # fail early on a bad default
-        self._resume_canary()  # a restarted orchestrator takes up the registry's canary
+        self.versions.resume_canary(self.pool_info)  # a restarted one takes up the canary
         self._gauges_at = 0.0  # when the orchestrator's gauges were last set (_refresh_gauges)
         self._controller: ExecutionController | None = None
         if s.controller == "on":  # fail early on a bad checkpoint
@@ -91,7 +78,7 @@ class Orchestrator:
         if name not in self.policies:
             try:
                 if name == LearnedPolicy.name:
-                    self.policies[name] = self._registry_policy()
+                    self.policies[name] = self.versions.load(self.pool_info)
                 else:
                     self.policies[name] = make_policy(
                         name, self.pool_info, 0, is_correct=self._oracle_hook(name))
@@ -105,62 +92,26 @@ class Orchestrator:
                 raise UserError(str(e)) from None
         return self.policies[name]
 
-    def _registry_policy(self) -> LearnedPolicy:
-        """The registry's active version on this pool (an empty registry is seeded with
-        ``policy_checkpoint`` or the shipped policy); CheckpointError with the reason if it
-        cannot serve."""
-        self._registry_stamp = self.registry.stamp()
-        try:
-            active = self.registry.seed(self.cfg.serving.policy_checkpoint or DEFAULT_CHECKPOINT,
-                                        self.pool_info)
-            policy = self.registry.check(active, self.pool_info)
-        except RegistryError as e:
-            self.policy_version = None
-            raise CheckpointError(str(e)) from None
-        self.policy_version = active
-        self._registry_stamp = self.registry.stamp()
-        ckpt = self.cfg.serving.policy_checkpoint
-        if ckpt and str(Path(ckpt).resolve()) != self.registry.meta(active).source:
-            self.policy_note = (f"serving.policy_checkpoint {ckpt} is not what serves: the "
-                                f"registry's active version {active} is (the setting only "
-                                "seeds an empty registry; register and promote it)")
-            log.warning("%s", self.policy_note)
-        return policy
+    @property
+    def policy_version(self) -> str | None:
+        """The registry version the learned policy is (None: it does not serve)."""
+        return self.versions.version
 
     def _sync_registry(self) -> None:
-        """Serve the registry's active version if it changed (promote or rollback, here or by
-        ``inframind policy`` on the same folder): the next queries get the new policy, queries
-        in flight finish with the one they started with. A version that cannot serve leaves
-        the incumbent serving, with the reason in ``policy_status``."""
-        stamp = self.registry.stamp()
-        if stamp == self._registry_stamp:
-            return
-        self._registry_stamp = stamp
+        """Serve the registry's active version if it changed: the next queries get the new
+        policy, queries in flight finish with the one they started with. A version that cannot
+        serve leaves the incumbent serving, with the reason in ``policy_status``."""
         try:
-            st = self.registry.state()
-            self.canary.sync(st.canary, self.policy_version, self.pool_info)
-            active = st.active
-            if active is None or active == self.policy_version:
-                return
-            policy = self.registry.check(active, self.pool_info)
+            policy = self.versions.changed(self.pool_info)
         except RegistryError as e:
             self.policy_status = (f"registry version not served: {e}; still serving "
                                   f"{self.policy_version or self.cfg.serving.fallback_policy}")
             log.warning("%s", self.policy_status)
             return
-        log.info("policy %s -> %s", self.policy_version, active)
-        self.policies[LearnedPolicy.name] = policy
-        self.policy_version = active
-        self.policy_status = "ok"
-        self._gauges_at = 0.0  # show the new version at once
-
-    def _resume_canary(self) -> None:
-        """(Re)start the registry's canary, if any, with empty arms (after a start or a pool
-        change: outcomes on another pool or before a restart are not kept)."""
-        try:
-            self.canary.sync(self.registry.state().canary, self.policy_version, self.pool_info)
-        except RegistryError as e:
-            log.warning("canary not started: %s", e)
+        if policy is not None:
+            self.policies[LearnedPolicy.name] = policy
+            self.policy_status = "ok"
+            self._gauges_at = 0.0  # show the new version at once
 
     def _get_controller(self) -> ExecutionController:
         """The run-time execution controller (loaded once; ``serving.controller_checkpoint`` or
@@ -225,15 +176,8 @@ class Orchestrator:
                 self.rollouts.flush()
             self._gauges_at = now
             self.metrics.set_policy(self.default_policy, self.policy_status)
-            self.metrics.set_version(self.policy_version, self._pinned())
+            self.metrics.set_version(self.policy_version, self.versions.pinned())
             self.metrics.inflight.set(self.inflight)
-
-    def _pinned(self) -> bool:
-        try:
-            return self.policy_version is not None and (
-                self.registry.state().pinned == self.policy_version)
-        except RegistryError:
-            return False
 
     def state(self) -> dict:
         """Live per-model metrics and orchestrator status (``GET /v1/state``)."""
@@ -241,44 +185,24 @@ class Orchestrator:
                 "served_queries": self.served, "default_policy": self.default_policy,
                 "policy_status": self.policy_status,
                 "stale_after_s": self.cfg.serving.stale_after_s, "counters": dict(self.counters),
-                "policy_version": self.policy_version, "policy_pinned": self._pinned(),
-                "policy_note": self.policy_note,
+                "policy_version": self.policy_version, "policy_pinned": self.versions.pinned(),
+                "policy_note": self.versions.note,
                 **self.canary.describe(),
                 "rollouts": self.rollouts.describe()}
 
     # ------------------------------------------------------------------ policy registry
     def policies_list(self) -> dict:
         """``GET /v1/policies``: the registry's versions and which one serves here."""
-        try:
-            return describe(self.registry) | {"serving": self.policy_version}
-        except RegistryError as e:
-            return {"http_status": 500, "error": str(e)}
+        return self.versions.listing()
 
     def policy_op(self, op: str, version: str | None = None) -> dict:
         """``POST /v1/policies/{promote,canary,rollback,pin,unpin}``: the registry operation,
         then the new active version served from the next query on (a canary: the candidate on
         ``serving.canary.share`` of them) (404: no such version; 409: refused, with the one-line
         reason; the incumbent keeps serving)."""
-        from inframind_ray.policy.registry import VersionNotFound
-
-        reg, pool = self.registry, self.pool_info
-        try:
-            if op == "promote":
-                reg.promote(version or "", pool, actor="api")
-            elif op == "canary":
-                reg.start_canary(version or "", pool, actor="api")
-            elif op == "rollback":
-                reg.rollback(pool, actor="api")
-            elif op == "pin":
-                reg.pin(version, actor="api")
-            elif op == "unpin":
-                reg.unpin(actor="api")
-            else:
-                return {"http_status": 404, "error": f"unknown operation {op!r}"}
-        except VersionNotFound as e:
-            return {"http_status": 404, "error": str(e)}
-        except RegistryError as e:
-            return {"http_status": 409, "error": str(e)}
+        refused = self.versions.operate(op, version, self.pool_info)
+        if refused is not None:
+            return refused
         self._sync_registry()
         self._gauges_at = 0.0
         self._refresh_gauges()
@@ -306,7 +230,7 @@ class Orchestrator:
         self._handles = None
         self.canary.reset()  # its arms' outcomes were on the old pool
         self._policy(self.default_policy)
-        self._resume_canary()
+        self.versions.resume_canary(self.pool_info)
         self.metrics.set_policy(self.default_policy, self.policy_status)
         return self.state()
 
@@ -328,62 +252,9 @@ class Orchestrator:
         return [str(p) for p in (*self.records.flush(), *self.rollouts.flush())]
 
     # ------------------------------------------------------------------ queries
-    def _query_info(self, payload: dict, arrival: float) -> QueryInfo:
-        """A benchmark item's query from its task family (MMLU-Pro unless ``task`` names
-        another), or a free-text query (its ``task`` says how a ``reference`` grades it)."""
-        item_id = payload.get("item_id")
-        text = payload.get("query") or ""
-        query_id = payload.get("query_id") or uuid.uuid4().hex[:12]
-        budget = float(payload["budget_s"])
-        task = payload.get("task") or ("mmlu_pro" if item_id is not None else "free")
-        if item_id is None:
-            return QueryInfo(query_id=query_id, text=text, budget_s=budget, arrival_s=arrival,
-                             prompt_tokens=free_text_prompt_tokens(text), task=task)
-        try:
-            return family(task).query(item_id, query_id, budget, arrival, text=text or None)
-        except KeyError as e:
-            raise NotFound(str(e).strip("'\"")) from None
-        except ValueError as e:
-            raise UserError(str(e).strip("'\"")) from None
-
-    @staticmethod
-    def _grade(q: QueryInfo, text: str | None, reference: str | None) -> bool | None:
-        """The family's real grader on the final response (code runs in the sandbox): against
-        the item, or against a free-text query's reference; None when there is nothing to grade
-        against."""
-        from inframind_ray.grading import grade
-
-        if q.item_id is not None:
-            return family(q.task).grade(q.item_id, text)
-        if reference is None:
-            return None
-        return grade(reference_family(q.task), text, {"reference": reference}).correct
-
     async def grade(self, payload: dict) -> dict:
-        """``POST /v1/grade``: an answer graded by the family's real grader; a code answer that
-        does not parse is wrong (``correct`` false, the parse error in ``detail``)."""
-        from functools import partial
-
-        from inframind_ray.grading import GradingInputError, grade
-
-        task, item_id, answer = payload["task"], payload.get("item_id"), payload["answer"]
-        try:
-            if item_id is not None:
-                try:
-                    item = family(task).item(item_id)
-                except KeyError as e:
-                    return {"http_status": 404, "error": str(e).strip("'\"")}
-            else:
-                task, item = reference_family(task), {"reference": payload["reference"]}
-            res = await asyncio.get_running_loop().run_in_executor(
-                None, partial(grade, task, answer, item, strict=True))
-        except GradingInputError as e:  # a program that does not parse is a wrong answer
-            return {"task": payload["task"], "item_id": item_id, "correct": False,
-                    "extracted": None, "detail": str(e)}
-        except (KeyError, ValueError) as e:
-            return {"http_status": 400, "error": str(e).strip("'\"")}
-        return {"task": payload["task"], "item_id": item_id, "correct": res.correct,
-                "extracted": res.extracted, "detail": res.detail}
+        """``POST /v1/grade`` (``serving/queries.py``)."""
+        return await grade_answer(payload)
 
     async def query(self, payload: dict) -> dict:
         """Answer one query end to end, on the wall clock (arrival and deadline are epoch
@@ -393,7 +264,7 @@ class Orchestrator:
             self.metrics.shed.inc(tags={"reason": "max_inflight_queries"})
             return {"http_status": 429, "error": "too many queries in flight", "retry_after": 1}
         try:
-            q = self._query_info(payload, arrival)
+            q = query_info(payload, arrival)
             policy = self._policy(payload.get("policy") or self.default_policy)
             controller = (self._get_controller() if (payload.get("controller")
                                                      or self.cfg.serving.controller) == "on"
@@ -425,7 +296,7 @@ class Orchestrator:
                                       controller=controller)
             final = res.text
             correct = await asyncio.get_running_loop().run_in_executor(
-                None, self._grade, res.query, final, payload.get("reference"))
+                None, grade_final, res.query, final, payload.get("reference"))
         except BaseException:
             if ep is not None:
                 self.rollouts.abandon(ep)
