@@ -12,7 +12,7 @@ from live_data import POOL, serve_queries, shipped_policy
 from inframind_ray.config import RolloutConfig
 from inframind_ray.learning.continual import ContinualConfig, learn
 from inframind_ray.learning.rollout_reader import Ledger
-from inframind_ray.learning.train import PPOSettings
+from inframind_ray.learning.train_config import PPOSettings
 from inframind_ray.policy.learned import DEFAULT_CHECKPOINT
 from inframind_ray.policy.registry import PolicyRegistry
 from inframind_ray.serving.rollouts import RolloutRecorder

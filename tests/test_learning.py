@@ -16,7 +16,8 @@ from ray.rllib.core.columns import Columns
 from inframind_ray.learning.env import TwinOrchestrationEnv
 from inframind_ray.learning.lagrangian import LagrangianReward, dual_ascent
 from inframind_ray.learning.modules import EXECUTOR, PLANNER, module_of
-from inframind_ray.learning.train import TrainConfig, build_algo, load_train_config, train
+from inframind_ray.learning.train import build_algo, train
+from inframind_ray.learning.train_config import TrainConfig, load_train_config
 from inframind_ray.policy.learned import LearnedPolicy
 
 # congested on purpose: far above capacity with tight budgets, so the latency constraint binds
@@ -203,8 +204,8 @@ def test_validation_pools_per_pool_rows_and_collapse_guard(tmp_path):
         evaluate,
         per_pool,
         strongest_by_pool,
-        validation_pools,
     )
+    from inframind_ray.learning.train_config import validation_pools
 
     cfg = TrainConfig.model_validate({
         "env": {"pool": "constrained", "tasks": "gsm8k=1"},

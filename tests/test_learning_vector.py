@@ -105,7 +105,8 @@ def test_decision_runner_episodes_per_query():
     sampled action (never masked), log-probability, logits and the env's infos."""
     import ray
 
-    from inframind_ray.learning.train import TrainConfig, build_algo
+    from inframind_ray.learning.train import build_algo
+    from inframind_ray.learning.train_config import TrainConfig
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:

@@ -28,8 +28,8 @@ def train(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from inframind_ray.learning.train import load_train_config
     from inframind_ray.learning.train import train as run_training
+    from inframind_ray.learning.train_config import load_train_config
 
     cfg = load_train_config(config)
     if resume and not (out / "rllib" / "done_iterations").exists():
@@ -115,7 +115,8 @@ def train_speed(
     from rich.table import Table
 
     from inframind_ray.learning.throughput import PHASES, Variant, measure
-    from inframind_ray.learning.train import load_train_config, start_ray
+    from inframind_ray.learning.train import start_ray
+    from inframind_ray.learning.train_config import load_train_config
 
     cfg = load_train_config(config)
     vs = [Variant.parse(v.strip()) for v in variants.split(",") if v.strip()]

@@ -45,7 +45,7 @@ from inframind_ray.core.topology import build_graph
 from inframind_ray.errors import InframindError
 from inframind_ray.learning.env_runner import DecisionEnvRunner
 from inframind_ray.learning.rollout_reader import Episode, Ledger, RolloutBatch, RolloutReader
-from inframind_ray.learning.train import LagrangianSettings, PPOSettings
+from inframind_ray.learning.train_config import LagrangianSettings, PPOSettings
 from inframind_ray.policy.features import plan_of
 from inframind_ray.policy.learned import LearnedPolicy
 from inframind_ray.policy.registry import DataWindow, PolicyRegistry, RegistryError
@@ -208,12 +208,12 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
     from inframind_ray.learning.env import EnvConfig, TwinOrchestrationEnv
     from inframind_ray.learning.modules import EXECUTOR, PLANNER
     from inframind_ray.learning.train import (
-        TrainConfig,
         _learner_nets,
         _set_learner_nets,
         build_algo,
         start_ray,
     )
+    from inframind_ray.learning.train_config import TrainConfig
     from inframind_ray.pools.cards import build_pool_info
 
     for name in ("ray.rllib", "ray.tune", "ray._private.worker"):

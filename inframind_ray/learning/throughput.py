@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from inframind_ray.errors import ConfigError
-from inframind_ray.learning.train import TrainConfig, build_algo
+from inframind_ray.learning.train import build_algo
+from inframind_ray.learning.train_config import TrainConfig
 
 PHASES = ("raw", "sampling", "ppo")
 
