@@ -75,6 +75,36 @@ def test_modules_shapes_and_masks(hot_algo):
     assert seen[PLANNER] and seen[EXECUTOR]
 
 
+def test_nets_score_only_the_rows_a_batch_uses():
+    """The nets skip rows past the batch's largest pool (``n_rows`` = ``used_rows``) and give
+    the same logits and values as when they encode all MAX_MODELS rows: a batch mixing pools
+    of 2 and 5 models, random features, padded rows zero as the features make them."""
+    from inframind_ray.policy.features import EXECUTOR_OBS, MAX_MODELS, PLANNER_OBS
+    from inframind_ray.policy.learned import ExecutorNet, PlannerNet, used_rows
+
+    torch.manual_seed(0)
+    sizes = torch.tensor([2, 5, 5, 2, 3, 5])
+    row_mask = (torch.arange(MAX_MODELS)[None, :] < sizes[:, None]).float()
+    assert used_rows(row_mask) == 5
+    for net, which, first, shape in ((PlannerNet(32), "planner", "emb", PLANNER_OBS),
+                                     (ExecutorNet(32), "executor", "sem", EXECUTOR_OBS)):
+        n_act = shape["mask"]
+        per_row = shape["rows"] // MAX_MODELS
+        rows = torch.randn(len(sizes), MAX_MODELS, per_row) * row_mask[..., None]
+        mask = torch.ones(len(sizes), n_act)
+        if which == "executor":
+            mask = row_mask.repeat_interleave(n_act // MAX_MODELS, dim=1)
+            mask[0, 1] = 0.0  # a masked action inside the used rows
+        x = (torch.randn(len(sizes), shape[first]), torch.randn(len(sizes), shape["glob"]),
+             rows.reshape(len(sizes), -1), row_mask, mask)
+        with torch.no_grad():
+            full, v_full = net(*x)
+            part, v_part = net(*x, n_rows=used_rows(row_mask))
+        assert part.shape == full.shape == (len(sizes), n_act)
+        assert torch.allclose(part, full, atol=1e-5) and torch.allclose(v_part, v_full, atol=1e-5)
+        assert (part[mask <= 0] <= -1e8).all()
+
+
 def test_dual_ascent_is_projected():
     assert dual_ascent(1.0, 0.3, 0.1, 0.5) == pytest.approx(1.1)
     assert dual_ascent(0.05, 0.0, 0.1, 1.0) == 0.0  # never negative

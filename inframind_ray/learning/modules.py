@@ -17,7 +17,13 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from inframind_ray.policy.learned import EXECUTOR_KEYS, PLANNER_KEYS, ExecutorNet, PlannerNet
+from inframind_ray.policy.learned import (
+    EXECUTOR_KEYS,
+    PLANNER_KEYS,
+    ExecutorNet,
+    PlannerNet,
+    used_rows,
+)
 
 PLANNER, EXECUTOR = "planner", "executor"
 
@@ -39,7 +45,7 @@ class PlannerModule(TorchRLModule, ValueFunctionAPI):
 
     def _run(self, batch: dict) -> tuple:
         o = batch[Columns.OBS]
-        return self.net(*(o[k] for k in self.keys))
+        return self.net(*(o[k] for k in self.keys), n_rows=used_rows(o["row_mask"]))
 
     def _forward(self, batch: dict, **kwargs: Any) -> dict:
         logits, _ = self._run(batch)

@@ -64,6 +64,11 @@ def pool_rows(h: torch.Tensor, row_mask: torch.Tensor) -> torch.Tensor:
     return torch.cat([mean, top], -1)
 
 
+def used_rows(row_mask: torch.Tensor) -> int:
+    """Rows a batch uses: its largest pool (valid rows are a prefix, ``policy/features.py``)."""
+    return max(1, int(row_mask.sum(-1).max().item())) if row_mask.numel() else MAX_MODELS
+
+
 class PlannerNet(nn.Module):
     """Shared row encoder, pooled over valid rows; FiLM(query embedding | globals, pooled
     rows) -> (topology, K) logits and a value. Its size does not depend on the pool."""
@@ -80,10 +85,12 @@ class PlannerNet(nn.Module):
         self.v = nn.Linear(hidden, 1)
 
     def forward(self, emb: torch.Tensor, glob: torch.Tensor, rows: torch.Tensor,
-                row_mask: torch.Tensor, mask: torch.Tensor
+                row_mask: torch.Tensor, mask: torch.Tensor, n_rows: int = MAX_MODELS
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        h_rows = self.row(rows.view(rows.shape[0], MAX_MODELS, PLAN_ROW))
-        z = torch.cat([glob, pool_rows(h_rows, row_mask)], -1)
+        """``n_rows``: only the first rows are encoded (``used_rows``: the batch's largest
+        pool); the result is the same as with all MAX_MODELS."""
+        h_rows = self.row(rows.view(rows.shape[0], MAX_MODELS, PLAN_ROW)[:, :n_rows])
+        z = torch.cat([glob, pool_rows(h_rows, row_mask[:, :n_rows])], -1)
         gamma, beta = self.film(z).chunk(2, dim=-1)
         h = self.trunk(torch.cat([self.embed(emb) * (1 + gamma) + beta, z], -1))
         return masked(self.pi(h), mask), self.v(h).squeeze(-1)
@@ -110,19 +117,24 @@ class ExecutorNet(nn.Module):
         self.register_buffer("onehot", torch.eye(N_STRATEGIES), persistent=False)
 
     def forward(self, sem: torch.Tensor, glob: torch.Tensor, rows: torch.Tensor,
-                row_mask: torch.Tensor, mask: torch.Tensor
+                row_mask: torch.Tensor, mask: torch.Tensor, n_rows: int = MAX_MODELS
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        b = rows.shape[0]
-        rows = rows.view(b, MAX_MODELS, EXEC_ROW)
-        per_s = rows[..., EXEC_MODEL_DIM:].reshape(b, MAX_MODELS, N_STRATEGIES, EXEC_PER_S)
+        """``n_rows``: only the first rows are scored (``used_rows``: the batch's largest
+        pool), the rest get the masked logit; the result is the same as with all MAX_MODELS."""
+        b, r = rows.shape[0], n_rows
+        rows = rows.view(b, MAX_MODELS, EXEC_ROW)[:, :r]
+        per_s = rows[..., EXEC_MODEL_DIM:].reshape(b, r, N_STRATEGIES, EXEC_PER_S)
         c = self.ctx(torch.cat([sem, glob], -1))
         gamma, beta = self.film(c).unsqueeze(1).chunk(2, dim=-1)
-        h = self.row(rows[..., :EXEC_MODEL_DIM]) * (1 + gamma) + beta  # [B, R, H]
-        g = torch.cat([pool_rows(h, row_mask), c], -1)  # [B, 3H]
-        onehot = self.onehot.expand(b, MAX_MODELS, N_STRATEGIES, N_STRATEGIES)
+        h = self.row(rows[..., :EXEC_MODEL_DIM]) * (1 + gamma) + beta  # [B, r, H]
+        g = torch.cat([pool_rows(h, row_mask[:, :r]), c], -1)  # [B, 3H]
+        onehot = self.onehot.expand(b, r, N_STRATEGIES, N_STRATEGIES)
         pre = (self.pair_row(h).unsqueeze(2) + self.pair_s(torch.cat([per_s, onehot], -1))
                + self.pair_ctx(g)[:, None, None, :])
-        logits = self.score(pre).reshape(b, MAX_MODELS * N_STRATEGIES)
+        logits = self.score(pre).reshape(b, r * N_STRATEGIES)
+        if r < MAX_MODELS:  # rows past every pool of the batch: masked, not scored
+            logits = torch.cat([logits, logits.new_full((b, (MAX_MODELS - r) * N_STRATEGIES),
+                                                        NEG)], -1)
         return masked(logits, mask), self.v(g).squeeze(-1)
 
 
