@@ -165,6 +165,30 @@ def test_profile_to_twin_round_trip(measured: dict, tmp_path: Path) -> None:
     assert 0.5 <= twin / recorded <= 2.0, (twin, [r.latency_s for r in fresh])
 
 
+def test_fit_without_a_constant_still_loads(tmp_path: Path) -> None:
+    """Noisy TPOTs of batches 1 and 2 can leave no constant term for ``c0`` (TPOT(2) = 2 x
+    TPOT(1), as on a loaded machine): the fit keeps ``c0`` at its floor, so the profile it
+    writes loads (a ``c0_s`` of 0 is refused), and the other coefficients still fit."""
+    from inframind_ray.fidelity.fit import C0_FLOOR_S
+
+    rows = []
+    for b in (1, 2):
+        for p, o in ((16, 8), (256, 8), (16, 64), (256, 64)):
+            ttft = 0.002 + 0.004 + 1e-5 * p  # d + c_prefill*P (no c0)
+            rows.append({"status": "ok", "batch": b, "prompt_tokens": p, "output_tokens": o,
+                         "ttft_s": ttft if b == 1 else float("nan"), "tpot_s": 0.003 * b,
+                         "e2e_s": ttft + 0.003 * b * (o - 1)})
+    fp = fit(rows)
+    assert fp.profile.c0 >= C0_FLOOR_S and abs(fp.profile.c_decode - 0.003) < 3e-4
+    doc = P.profile_document("nc0", fp, model="m", hardware="synthetic", num_gpus=0,
+                             engine={"max_batched_tokens": 2048},
+                             grid=GridSpec((1, 2), (16, 256), (8, 64), 1))
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc))
+    _, _, loaded = P.load_profile(path)
+    assert loaded.profile.c0 > 0
+
+
 def test_recorded_profile_run_round_trip(tmp_path: Path) -> None:
     """The recorded raw measurements of the docs' profile run (270 requests, committed as
     tests/data/fidelity-profile-tiny.parquet): fit -> profile file -> load -> TwinEngine

@@ -20,6 +20,11 @@ from inframind_ray.core.profile import IterationProfile
 from inframind_ray.errors import ConfigError
 from inframind_ray.fidelity.profile import FittedProfile, predict_lone
 
+C0_FLOOR_S = 1e-6
+"""The least ``c0`` a fit returns: the twin needs a positive iteration time (a profile with
+``c0_s`` 0 is refused at load), and on a loaded machine's noisy TPOTs of batches 1 and 2 the
+fit can put all of the constant into ``c_decode``."""
+
 
 def _design(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Equations (rows of [d, c0, c_prefill, c_decode, c_kv]), targets and a kind tag."""
@@ -51,9 +56,10 @@ def fit(rows: list[dict], per_batch: bool = True) -> FittedProfile:
                           " and multi-token outputs)")
     w = 1.0 / y
     x0, _ = nnls(a * w[:, None], y * w)
+    lower = np.array([0.0, C0_FLOOR_S, 0.0, 0.0, 0.0])
     # robust refinement: CPU timings carry outliers (other processes, OS scheduling)
-    sol = least_squares(lambda x: (a @ x - y) * w, x0 + 1e-9, bounds=(0.0, np.inf),
-                        loss="soft_l1", f_scale=0.05)
+    sol = least_squares(lambda x: (a @ x - y) * w, np.maximum(x0, lower) + 1e-9,
+                        bounds=(lower, np.inf), loss="soft_l1", f_scale=0.05)
     x = sol.x
     d, c0, cp, cd, ck = (float(v) for v in x)
     pred = a @ x
@@ -82,7 +88,7 @@ def fit(rows: list[dict], per_batch: bool = True) -> FittedProfile:
     info = dict(
         source="inframind twin profile (per-request TTFT of lone requests, TPOT of every request)",
         method="relative residuals, scipy nnls start then least_squares soft_l1 (f_scale 0.05),"
-               " bounds >= 0; unknowns d, c0, c_prefill, c_decode, c_kv"
+               f" bounds >= 0 (c0 >= {C0_FLOOR_S:g} s); unknowns d, c0, c_prefill, c_decode, c_kv"
                + ("; then per batch size the median measured/linear TPOT ratio (decode_factors)"
                   if per_batch else ""),
         n_requests=int(sum(r["status"] == "ok" for r in rows)),
