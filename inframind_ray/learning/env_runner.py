@@ -63,7 +63,20 @@ class DecisionEnvRunner(MultiAgentEnvRunner):
     def sample(self, *, num_timesteps: int | None = None, num_episodes: int | None = None,
                explore: bool | None = None, random_actions: bool = False,
                force_reset: bool = False) -> list[MultiAgentEpisode]:
-        """Finished queries as episodes (see the module docstring)."""
+        """Finished queries as episodes (see the module docstring), with one torch thread:
+        the batched forward passes are small, and more threads only spin (docs/learning.md,
+        "Training throughput"); the learner's update keeps ``ppo.torch_threads``."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._sample(num_timesteps, num_episodes, explore, random_actions,
+                                force_reset)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _sample(self, num_timesteps: int | None, num_episodes: int | None,
+                explore: bool | None, random_actions: bool,
+                force_reset: bool) -> list[MultiAgentEpisode]:
         explore = self.config.explore if explore is None else explore
         envs = self._twin_envs()
         if num_timesteps is None and num_episodes is None:

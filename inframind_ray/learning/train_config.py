@@ -36,10 +36,12 @@ class PPOSettings(BaseModel):
     """Remote sampling processes (0: sample in the driver)."""
     num_envs_per_env_runner: int = Field(1, ge=1)
     torch_threads: int = Field(1, ge=1)
-    """Torch intra-op threads in this process (sampling and learning). The nets are small MLPs
-    that gain nothing from more; on a shared 2-core machine OpenMP's waiting threads made a
-    batch-16 forward pass 100x slower than one thread (docs/learning.md, "Training
-    throughput"). Remote env runners get Ray's one thread per CPU."""
+    """Torch intra-op threads of the learner's update in this process. Sampling always runs
+    with one (``DecisionEnvRunner.sample``): its batch-16 forward passes gain nothing from
+    more, and on a shared 2-core machine OpenMP's waiting threads made them 100x slower
+    (docs/learning.md, "Training throughput"). 2 on two free cores made whole iterations about
+    a fifth faster (the shipped ``rllib_configs/default.yaml``); on a shared machine keep 1.
+    Remote env runners get Ray's one thread per CPU."""
 
 
 class LagrangianSettings(BaseModel):
