@@ -21,6 +21,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 import ray
+from live import SERVE_LOCK, post_query
 
 from inframind_ray import assumptions as A
 from inframind_ray.bench.replay_gate import ReplayGateConfig, replay_gate
@@ -33,7 +34,6 @@ from inframind_ray.serving.app import start
 from inframind_ray.tasks.workload import WorkloadSpec, budgets, sample_task_items
 
 POOL = Path(__file__).parent / "pool.yaml"
-SERVE_LOCK = "/tmp/serve.lock"  # shared with every Serve run on this machine
 TIME_SCALE = 0.1  # the pool file's engine time_scale (engine times x 0.1)
 
 
@@ -54,18 +54,8 @@ async def drive(url: str, orch, rate: float, max_s: float, seed: int) -> tuple[l
         task, item = items[i]
         row = {"i": i, "query_id": f"bad-{seed}-{i}", "item_id": item, "budget_s": buds[i],
                "sent_s": time.monotonic() - t0, "http_status": 0}
-        try:
-            async with session.post(f"{url}/v1/queries", json={
-                    "item_id": item, "budget_s": float(buds[i]),
-                    "query_id": row["query_id"]}) as r:
-                d = await r.json(content_type=None)
-                row.update(http_status=r.status, policy_version=d.get("policy_version"),
-                           correct=d.get("correct"), within_budget=d.get("within_budget"),
-                           latency_s=d.get("latency_s"))
-        except (aiohttp.ClientError, TimeoutError) as e:
-            row["error"] = f"{type(e).__name__}: {e}"
-        row["done_s"] = time.monotonic() - t0
-        rows.append(row)
+        rows.append(await post_query(session, url, {
+            "item_id": item, "budget_s": float(buds[i]), "query_id": row["query_id"]}, row, t0))
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60),
                                      connector=aiohttp.TCPConnector(limit=0)) as session:

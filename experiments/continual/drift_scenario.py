@@ -29,6 +29,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 import yaml
+from live import SERVE_LOCK, post_query
 
 from inframind_ray import assumptions as A
 from inframind_ray.config import load_pool
@@ -46,7 +47,6 @@ from inframind_ray.tasks.workload import (
 )
 
 HERE = Path(__file__).parent
-SERVE_LOCK = "/tmp/serve.lock"  # shared with every Serve run on this machine
 TIME_SCALE = 0.1  # pool.yaml's engine time_scale
 # chosen before any run: the strongest model slowed (the one a quality-seeking policy leans
 # on), and a shift from the MMLU-Pro traffic of the bad-candidate scenario to GSM8K-heavy
@@ -69,18 +69,9 @@ async def drive(url: str, wl: WorkloadSpec, tag: str, stop=None) -> list[dict]: 
         task, item = items[i]
         row = {"i": i, "query_id": f"{tag}-{i}", "task": task, "item_id": item,
                "budget_s": float(buds[i]), "sent_s": time.monotonic() - t0, "http_status": 0}
-        try:
-            async with session.post(f"{url}/v1/queries", json={
-                    "task": task, "item_id": item, "budget_s": float(buds[i]),
-                    "query_id": row["query_id"]}) as r:
-                d = await r.json(content_type=None)
-                row.update(http_status=r.status, policy_version=d.get("policy_version"),
-                           correct=d.get("correct"), within_budget=d.get("within_budget"),
-                           latency_s=d.get("latency_s"))
-        except (aiohttp.ClientError, TimeoutError) as e:
-            row["error"] = f"{type(e).__name__}: {e}"
-        row["done_s"] = time.monotonic() - t0
-        rows.append(row)
+        rows.append(await post_query(session, url, {
+            "task": task, "item_id": item, "budget_s": float(buds[i]),
+            "query_id": row["query_id"]}, row, t0))
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60),
                                      connector=aiohttp.TCPConnector(limit=0)) as session:

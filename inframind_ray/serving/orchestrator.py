@@ -28,6 +28,7 @@ from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.replica.predict import fastest_finish_in_s, too_late
 from inframind_ray.serving.backend import ServeBackend
+from inframind_ray.serving.canary import CanaryRunner
 from inframind_ray.serving.engines.base import GenerateResult
 from inframind_ray.serving.metrics import OrchestratorMetrics
 from inframind_ray.serving.queries import NotFound, UserError, grade_answer, grade_final, query_info
@@ -62,7 +63,6 @@ class Orchestrator:
         self.counters: Counter[str] = Counter()  # agent_call_retries, agent_calls_lost
         self.metrics = OrchestratorMetrics()
         self.versions = ServedVersion(self.cfg, self.metrics)  # serving/versions.py
-        self.canary = self.versions.canary
         self._handles: dict | None = None
         self.tracing = Tracing(otel)
         self._embedder_ready: asyncio.Future | None = None
@@ -91,6 +91,11 @@ class Orchestrator:
             except ValueError as e:
                 raise UserError(str(e)) from None
         return self.policies[name]
+
+    @property
+    def canary(self) -> CanaryRunner:
+        """The served version's canary (``serving/canary.py``)."""
+        return self.versions.canary
 
     @property
     def policy_version(self) -> str | None:
