@@ -5,9 +5,9 @@ the driving clock (simulated or wall)."""
 from __future__ import annotations
 
 import bisect
-import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -89,7 +89,13 @@ class LoadSnapshot:
         n = len(snaps)
         if not n:
             return cls(model, 0, timestamp=timestamp, available=False)
-        slack = tuple(heapq.merge(*(s.waiting_slack_s for s in snaps)))
+        if n == 1:  # one replica: its own figures (what the sums and means below give)
+            s = snaps[0]
+            return cls(model, s.replicas, s.waiting, s.running, s.kv_usage, s.ttft_s, s.tpot_s,
+                       s.e2e_s, timestamp, available, s.waiting_slack_s[:SLACK_CAP],
+                       num_preemptions=s.num_preemptions, service_s=s.service_s,
+                       capacity=s.capacity)
+        slack = sorted(chain.from_iterable(s.waiting_slack_s for s in snaps))  # merged
         return cls(
             model=model,
             replicas=sum(s.replicas for s in snaps),
@@ -101,7 +107,7 @@ class LoadSnapshot:
             e2e_s=sum(s.e2e_s for s in snaps) / n,
             timestamp=timestamp,
             available=available,
-            waiting_slack_s=slack[:SLACK_CAP * n],
+            waiting_slack_s=tuple(slack[:SLACK_CAP * n]),
             num_preemptions=sum(s.num_preemptions for s in snaps),
             service_s=sum(s.service_s for s in snaps) / n,
             capacity=sum(s.capacity for s in snaps),

@@ -116,8 +116,10 @@ class TwinEngine:
         is never fresh: its idle models still report their last latencies)."""
         self._ewma = {"ttft": ttft_s, "tpot": tpot_s, "e2e": e2e_s}
 
-    def snapshot(self) -> LoadSnapshot:
-        """Current load and latency EWMAs (model and replica id: the engine's name)."""
+    def snapshot(self, slacks: bool = True) -> LoadSnapshot:
+        """Current load and latency EWMAs (model and replica id: the engine's name); the EDF
+        slacks of the engine's own queue unless ``slacks`` is false (a replica's snapshot lists
+        only its admission queue's: ``DeadlineQueue.snapshot_over``)."""
         now = self._loop.time() if self._loop else 0.0
         return LoadSnapshot(
             model=self.name,
@@ -129,7 +131,7 @@ class TwinEngine:
             e2e_s=self._ewma["e2e"],
             timestamp=now,
             waiting_slack_s=earliest_slacks(self.waiting.deadlines(), now)
-            if self.policy is SchedulingPolicy.EDF else (),
+            if slacks and self.policy is SchedulingPolicy.EDF else (),
             replica_id=self.name,
             num_preemptions=self.num_preemptions,
         )

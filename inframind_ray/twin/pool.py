@@ -52,7 +52,7 @@ class TwinReplica:
 
     def snapshot(self) -> LoadSnapshot:
         """The replica's load: its queue over its engine."""
-        return self.queue.snapshot_over(self.engine.snapshot(), model=self.model,
+        return self.queue.snapshot_over(self.engine.snapshot(slacks=False), model=self.model,
                                         replica_id=self.engine.name)
 
     def seed_history(self, ttft_s: float, tpot_s: float, e2e_s: float) -> None:
