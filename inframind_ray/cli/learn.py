@@ -17,6 +17,9 @@ def train(
                                          "(see rllib_configs/)")],
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/train"),
     resume: Annotated[bool, typer.Option(help="continue from OUT/rllib")] = False,
+    seed: Annotated[int | None, typer.Option(help="the run's seed instead of the config's "
+                                             "`seed` (one run per seed of a paired "
+                                             "comparison)")] = None,
     progress: Annotated[bool, typer.Option(help="show progress")] = True,
 ) -> None:
     """Train the hierarchical constrained policy with RLlib PPO in the twin.
@@ -32,6 +35,8 @@ def train(
     from inframind_ray.learning.train_config import load_train_config
 
     cfg = load_train_config(config)
+    if seed is not None:
+        cfg = cfg.model_copy(update={"seed": seed})
     if resume and not (out / "rllib" / "done_iterations").exists():
         raise ConfigError("resume", f"nothing to resume in {out} (no {out}/rllib)")
 
