@@ -3,7 +3,7 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-cpu demo test bench speed overhead data embeddings policy policy-rows policy-rows-sampled bench-learned predictors
+.PHONY: install install-cpu demo test bench speed overhead data embeddings policy policy-rows policy-rows-sampled rl-seeds bench-learned predictors
 
 # Base install: torch first, pinned to the CPU wheel (never a CUDA build), then the project.
 $(VENV)/.base: pyproject.toml
@@ -52,6 +52,10 @@ policy-rows: install  ## the per-model-row policy: warm start on six pools (docs
 
 policy-rows-sampled: install  ## the row policy cloned from the KV-aware teacher on 20 sampled realistic pools (docs/learning.md), about 7 min
 	$(BIN)/inframind train -c rllib_configs/rows-sampled.yaml --out runs/train-rows-sampled
+
+rl-seeds: install  ## PPO on sampled pools beyond its warm start, six seeds paired (docs/learning.md, "RL beyond the teacher"), about 45 min on 2 cores
+	for s in 0 1 2 3 4 5; do $(BIN)/inframind train -c rllib_configs/rl-sampled-cf.yaml --seed $$s --out runs/rl-cf-seed$$s --no-progress || exit 1; done
+	$(BIN)/python experiments/rl_vs_warmstart.py runs/rl-cf-seed*/summary.json
 
 TELEMETRY := --queries 1000 --policies inframind,infra-heuristic,least-loaded,random --no-progress
 predictors: install  ## latency/length predictors fitted on twin telemetry (docs/learning.md)

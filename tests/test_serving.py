@@ -561,6 +561,8 @@ def test_policy_registry_rollouts_and_feedback(session, tmp_path):
     code, out, _ = http(session, "POST", "/v1/policies/promote", {"version": v3})
     assert code == 409 and "digest mismatch" in out["error"] and "\n" not in out["error"]
     assert http(session, "POST", "/v1/policies/promote", {"version": "v0077"})[0] == 404
+    code, out, _ = http(session, "POST", "/v1/policies/canary", {"version": "v0077"})
+    assert code == 404 and "v0077" in out["error"], out  # the canary route reaches the registry
     assert http(session, "GET", "/v1/state")[1]["policy_version"] == v2
     code, out, _ = http(session, "POST", "/v1/queries", {"query": "Name a prime number.",
                                                         "budget_s": 30, "query_id": "fb-1"})

@@ -262,8 +262,7 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
         async def canary(self, body: PolicyVersionRequest) -> JSONResponse:
             if body.version is None:
                 return _error(422, "version: required")
-            return _reply(await _call(self.orchestrator.policy_op.remote("canary",
-                                                                          body.version)))
+            return _reply(await _call(self.orch, "policy_op", "canary", body.version))
 
         @app.post("/v1/policies/rollback", responses=_errors(401, 409))
         async def rollback(self) -> JSONResponse:
