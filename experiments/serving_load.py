@@ -251,6 +251,17 @@ class RssSampler:
 
 
 # ---------------------------------------------------------------------------- measurements
+def _health_summary(polls: list[dict]) -> dict:
+    """Status counts and client latency (ms, p50 / p99 / max) of the /healthz polls."""
+    ms = np.sort([1000 * p["client_s"] for p in polls if "client_s" in p])
+    counts: dict[str, int] = {}
+    for p in polls:
+        counts[str(p["status"])] = counts.get(str(p["status"]), 0) + 1
+    q = (lambda x: round(float(np.quantile(ms, x)), 1)) if len(ms) else (lambda x: None)
+    return {"polls": len(polls), "status": counts, "p50_ms": q(0.5), "p99_ms": q(0.99),
+            "max_ms": q(1.0)}
+
+
 def overload(args: argparse.Namespace) -> dict:
     cfg = pool_cfg(args)
     session = start(cfg)
@@ -263,20 +274,33 @@ def overload(args: argparse.Namespace) -> dict:
         load = Load(session.url, rate, args.duration, args.seed, tuple(args.budget),
                     policy=args.load_policy, drain_s=60.0)
         bound: list[dict] = []  # the ingress's bound and queries in flight, every 2 s
+        health: list[dict] = []  # GET /healthz every 0.5 s: status and client latency
 
         async def poll(ld: Load) -> None:
             end = time.monotonic() + args.duration + 30.0
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s:
+                n = 0
                 while time.monotonic() < end:
                     t = round(time.monotonic() - ld.t0, 1)
+                    sent = time.monotonic()
                     try:
-                        async with s.get(f"{ld.url}/v1/state") as r:
-                            st = await r.json() if r.status == 200 else {}
-                        bound.append({"t_s": t, "limit": st.get("ingress_limit"),
-                                      "inflight": st.get("ingress_inflight")})
+                        async with s.get(f"{ld.url}/healthz") as r:
+                            await r.read()
+                        health.append({"t_s": t, "status": r.status,
+                                       "client_s": time.monotonic() - sent})
                     except (aiohttp.ClientError, TimeoutError) as e:
-                        bound.append({"t_s": t, "error": type(e).__name__})
-                    await asyncio.sleep(2.0)
+                        health.append({"t_s": t, "status": 0, "error": type(e).__name__})
+                    if n % 4 == 0:
+                        try:
+                            async with s.get(f"{ld.url}/v1/state") as r:
+                                st = await r.json() if r.status == 200 else {}
+                            bound.append({"t_s": t, "status": r.status,
+                                          "limit": st.get("ingress_limit"),
+                                          "inflight": st.get("ingress_inflight")})
+                        except (aiohttp.ClientError, TimeoutError) as e:
+                            bound.append({"t_s": t, "error": type(e).__name__})
+                    n += 1
+                    await asyncio.sleep(0.5)
 
         with sampler:
             asyncio.run(load.run(poll))
@@ -294,7 +318,7 @@ def overload(args: argparse.Namespace) -> dict:
                 "rate_per_min": rate, "factor": args.factor,
                 "capacity_per_min": args.capacity, "duration_s": args.duration,
                 "load": load.summary(), "rss": sampler.report(before, after),
-                "ingress_bound": bound}
+                "ingress_bound": bound, "healthz": _health_summary(health)}
     finally:
         session.stop()
 

@@ -200,7 +200,11 @@ def test_http_query_returns_graded_answer(session):
     code, st, _ = http(session, "GET", "/v1/state")
     assert code == 200 and set(st["models"]) == {"big", "small"}
     assert st["default_policy"] == "inframind" and st["policy_status"] == "ok"
-    assert http(session, "GET", "/healthz")[0] == 200
+    assert http(session, "GET", "/healthz")[:2] == (200, {"status": "ok"})
+    code, out, headers = http(session, "POST", "/healthz", {})
+    assert code == 405 and "not allowed" in out["error"] and headers["Allow"] == "GET, HEAD"
+    routes = http(session, "GET", "/-/routes")[1]  # Serve's proxy: route prefix -> application
+    assert routes["/healthz"] == "inframind-health" and routes["/"] == "inframind", routes
 
 
 def test_same_plan_in_twin_and_serve(session):
@@ -330,8 +334,9 @@ def test_overload_gets_429_or_503_with_retry_after(session):
     backpressure, a plain-text reason) when more than max_inflight_queries are in the ingress and
     ingress_max_queued wait in the proxy. Which of the two a request meets depends on how fast
     the ingress refuses the others (on CI's 2 cores the proxy's queue may never fill), so the
-    test asserts a refusal and the shape of each, not the 429. Then the service serves again,
-    and the ingress gate counts nothing in flight."""
+    test asserts a refusal and the shape of each, not the 429. ``/healthz``, polled throughout,
+    answers 200 every time. Then the service serves again, and the ingress gate counts nothing
+    in flight."""
     wait_idle(session)
 
     def one(i):
@@ -342,10 +347,26 @@ def test_overload_gets_429_or_503_with_retry_after(session):
         return _post_raw(session, "/v1/queries", {
             "query": f"long question {i}", "budget_s": 60, "policy": "always-strongest"})
 
-    with ThreadPoolExecutor(40) as ex:  # past 8 in the ingress + 16 queued in the proxy
-        results = list(ex.map(one, range(40)))
+    health: list[int] = []
+    burst = threading.Event()
+
+    def poll_health():
+        while not burst.is_set():
+            health.append(http(session, "GET", "/healthz")[0])
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=poll_health)
+    poller.start()
+    try:
+        with ThreadPoolExecutor(40) as ex:  # past 8 in the ingress + 16 queued in the proxy
+            results = list(ex.map(one, range(40)))
+    finally:
+        burst.set()
+        poller.join(timeout=30)
     codes = [c for c, _, _ in results]
     assert 200 in codes and set(codes) <= {200, 429, 503} and {429, 503} & set(codes), codes
+    # the health route is its own application: never shed with the queries (serving/health.py)
+    assert health and set(health) == {200}, health
     for c, raw, headers in results:
         if c in (429, 503):
             assert headers.get("Retry-After") == "1", (c, raw)
@@ -630,7 +651,12 @@ def test_policy_registry_rollouts_and_feedback(session, tmp_path):
 
 def test_model_removed_and_added_while_serving(session):
     """A model taken out of the running pool: queries keep being answered and none routes to
-    it; added back, it reports and serves again. (Last in this module: it changes the pool.)"""
+    it; added back, it reports and serves again; slowed, it is redeployed with the new engine
+    and still serves. The three go through the drift kit's ``apply_to_session`` (its last
+    replica lost, the model added, the model slowed). (Last in this module: it changes the
+    pool.)"""
+    from inframind_ray.serving.drift import ModelAdded, ModelSlowed, ReplicaLost, apply_to_session
+
     wait_idle(session)
     small = next(m for m in session.cfg.models if m.name == "small")
     results: list[tuple[int, dict]] = []
@@ -649,7 +675,7 @@ def test_model_removed_and_added_while_serving(session):
         t.start()
     try:
         time.sleep(1.0)
-        session.remove_model("small")
+        apply_to_session(session, ReplicaLost(model="small"))  # its only replica: out of the pool
         removed_at = len(results)
         st = ray.get(session.orchestrator.state.remote())
         assert set(st["models"]) == {"big"}
@@ -666,11 +692,21 @@ def test_model_removed_and_added_while_serving(session):
     code, out, _ = http(session, "POST", "/v1/queries", {"item_id": 590, "budget_s": 60})
     assert code == 200 and out["policy"] == "inframind"
     assert {s["model"] for s in out["steps"]} == {"big"}
-    session.add_model(small)
+    assert apply_to_session(session, ModelAdded(added=small)) is session.cfg
     st = ray.get(session.orchestrator.state.remote())
     assert set(st["models"]) == {"big", "small"} and st["models"]["small"]["age_s"] is not None
     assert st["policy_status"] == "ok" and st["default_policy"] == "inframind"
     outs = [http(session, "POST", "/v1/queries", {"item_id": 600 + i, "budget_s": 60,
                                                   "policy": "round-robin"}) for i in range(3)]
     assert all(code == 200 for code, _, _ in outs)
+    assert any(s["model"] == "small" for _, out, _ in outs for s in out["steps"])
+
+    slowed = apply_to_session(session, ModelSlowed(model="small", factor=2.0))
+    assert next(m for m in slowed.models if m.name == "small").engine.time_scale == 1.0
+    assert session.cfg is slowed
+    st = ray.get(session.orchestrator.state.remote())
+    assert set(st["models"]) == {"big", "small"} and st["policy_status"] == "ok"
+    outs = [http(session, "POST", "/v1/queries", {"item_id": 610 + i, "budget_s": 60,
+                                                  "policy": "round-robin"}) for i in range(3)]
+    assert all(code == 200 for code, _, _ in outs), outs
     assert any(s["model"] == "small" for _, out, _ in outs for s in out["steps"])

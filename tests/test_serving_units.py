@@ -370,8 +370,10 @@ def test_serve_config_is_valid_for_serve_deploy(tmp_path):
     raw = yaml.safe_load(out.read_text())
     schema = ServeDeploySchema.model_validate(raw)
     apps = {a.name: a for a in schema.applications}
-    assert set(apps) == {"model:big", "model:small", "inframind"}
+    assert set(apps) == {"model:big", "model:small", "inframind", "inframind-health"}
     assert apps["inframind"].route_prefix == "/"
+    assert apps["inframind-health"].route_prefix == "/healthz"
+    assert isinstance(import_attr(apps["inframind-health"].import_path)({}), Application)
     assert apps["model:big"].route_prefix is None
     for name in ("model:big", "model:small"):
         built = import_attr(apps[name].import_path)(apps[name].args)

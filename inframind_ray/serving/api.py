@@ -227,6 +227,8 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
 
         @app.get("/healthz")
         async def healthz(self) -> dict:
+            """In the schema; the proxy sends ``/healthz`` to the health application
+            (``serving/health.py``, the same answer), so overload never sheds it."""
             return {"status": "ok"}
 
         @app.get("/v1/state", responses=_errors(401))

@@ -15,6 +15,7 @@ from ray.serve.api import RunTarget
 from inframind_ray.config import ModelConfig, PoolConfig
 from inframind_ray.serving.api import make_ingress
 from inframind_ray.serving.failover import STANDBY
+from inframind_ray.serving.health import HEALTH_APP, HEALTH_PATH, Health
 from inframind_ray.serving.orchestrator import APP_NAME, Orchestrator
 from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR, ModelReplica, deployment_name
 from inframind_ray.serving.router import router_config
@@ -22,8 +23,9 @@ from inframind_ray.serving.router import router_config
 
 @dataclass
 class Session:
-    """A running deployment of a pool: one Serve application per model (``model:<name>``) and
-    the HTTP ingress application, so a model can be added or removed while the pool serves."""
+    """A running deployment of a pool: one Serve application per model (``model:<name>``), the
+    HTTP ingress application and the health route's (``serving/health.py``), so a model can be
+    added or removed while the pool serves."""
 
     cfg: PoolConfig
     orchestrator: ray.actor.ActorHandle
@@ -55,7 +57,7 @@ class Session:
         cfg = self.cfg.model_copy(update={"models": [model if m.name == model.name else m
                                                      for m in self.cfg.models]})
         serve.run_many([_model_target(model, cfg)])
-        ray.get(self.orchestrator.set_pool.remote(cfg.model_dump()))
+        ray.get([o.set_pool.remote(cfg.model_dump()) for o in self.orchestrators])
         self.cfg = cfg
         _wait_reports(self.orchestrator, wait_s)
 
@@ -83,6 +85,7 @@ class Session:
         """Flush records, delete the apps and the orchestrator; shut Ray down if we started it."""
         with contextlib.suppress(Exception):  # best effort on the way out
             ray.get([o.flush_records.remote() for o in self.orchestrators], timeout=30)
+        serve.delete(HEALTH_APP)
         serve.delete(APP_NAME)
         for m in self.cfg.models:
             serve.delete(deployment_name(m.name))
@@ -110,7 +113,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
 
 
 def start(cfg: PoolConfig, *, address: str | None = None, wait_s: float = 300.0) -> Session:
-    """Deploy the pool: orchestrator actor, one deployment per model, the HTTP ingress."""
+    """Deploy the pool: orchestrator actor, one deployment per model, the HTTP ingress, then
+    the health route (so ``/healthz`` answers once the rest is up)."""
     started = init_ray(address, metrics_export_port=cfg.serving.metrics_export_port)
     s = cfg.serving
     orch = orchestrator_actor(cfg, detached=False)
@@ -119,6 +123,7 @@ def start(cfg: PoolConfig, *, address: str | None = None, wait_s: float = 300.0)
     serve.start(http_options={"host": s.host, "port": s.port}, proxy_location=s.proxy_location)
     serve.run_many([*(_model_target(m, cfg) for m in cfg.models),
                     RunTarget(make_ingress(cfg).bind(), name=APP_NAME, route_prefix="/")])
+    serve.run(health_app(), name=HEALTH_APP, route_prefix=HEALTH_PATH)
     ray.get([o.ready.remote() for o in (orch, standby) if o is not None], timeout=wait_s)
     for o in (orch, standby):
         if o is not None:
@@ -143,6 +148,11 @@ def orchestrator_actor(cfg: PoolConfig, detached: bool,
         num_cpus=s.orchestrator_num_cpus, lifetime="detached" if detached else None,
         max_restarts=s.orchestrator_max_restarts, max_task_retries=0,
     ).remote(cfg.model_dump(mode="json"), otel=os.environ.get("INFRAMIND_OTEL"))
+
+
+def health_app() -> Application:
+    """The health route's application (``serving/health.py``), vouching for the ingress."""
+    return Health.bind(APP_NAME)
 
 
 def model_deployment(model: ModelConfig, cfg: PoolConfig) -> Application:

@@ -1,8 +1,9 @@
 """Serve's own config files for a pool: application builders that ``serve deploy`` / ``serve run``
 import, and the generator of the file (``inframind serve-config``).
 
-The generated file has one application per model (``model:<name>``, no HTTP route) and the
-ingress application (``inframind``, route ``/``). Each application's ``args`` carry the whole
+The generated file has one application per model (``model:<name>``, no HTTP route), the
+ingress application (``inframind``, route ``/``) and the health route's (``inframind-health``,
+route ``/healthz``, ``serving/health.py``). Each application's ``args`` carry the whole
 validated pool, so the file is self-contained; its ``deployments`` section repeats the settings
 an operator edits (replicas, Ray resources) where Serve's own tooling expects them. The
 ingress builder creates the orchestrator (and its warm standby) as detached named actors when
@@ -17,8 +18,10 @@ from ray.serve import Application
 
 from inframind_ray.config import PoolConfig
 from inframind_ray.serving.api import make_ingress
+from inframind_ray.serving.app import health_app as _health_app
 from inframind_ray.serving.app import model_deployment, orchestrator_actor
 from inframind_ray.serving.failover import STANDBY
+from inframind_ray.serving.health import HEALTH_APP, HEALTH_PATH
 from inframind_ray.serving.orchestrator import APP_NAME
 from inframind_ray.serving.replica import deployment_name
 
@@ -50,6 +53,11 @@ def ingress_app(args: dict[str, Any]) -> Application:
     return make_ingress(cfg).bind()
 
 
+def health_app(args: dict[str, Any]) -> Application:
+    """Builder of the health route (``args`` unused: it needs no pool)."""
+    return _health_app()
+
+
 def serve_config(cfg: PoolConfig) -> dict[str, Any]:
     """Serve's config (``ServeDeploySchema``) for a pool."""
     pool = cfg.model_dump(mode="json")
@@ -63,6 +71,8 @@ def serve_config(cfg: PoolConfig) -> dict[str, Any]:
     } for m in cfg.models]
     apps.append({"name": APP_NAME, "route_prefix": "/", "import_path": f"{MODULE}:ingress_app",
                  "args": {"pool": pool}})
+    apps.append({"name": HEALTH_APP, "route_prefix": HEALTH_PATH,
+                 "import_path": f"{MODULE}:health_app", "args": {}})
     return {"proxy_location": s.proxy_location,
             "http_options": {"host": s.host, "port": s.port},
             "applications": apps}
