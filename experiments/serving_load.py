@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
@@ -254,11 +255,9 @@ class RssSampler:
 def _health_summary(polls: list[dict]) -> dict:
     """Status counts and client latency (ms, p50 / p99 / max) of the /healthz polls."""
     ms = np.sort([1000 * p["client_s"] for p in polls if "client_s" in p])
-    counts: dict[str, int] = {}
-    for p in polls:
-        counts[str(p["status"])] = counts.get(str(p["status"]), 0) + 1
+    counts = Counter(str(p["status"]) for p in polls)
     q = (lambda x: round(float(np.quantile(ms, x)), 1)) if len(ms) else (lambda x: None)
-    return {"polls": len(polls), "status": counts, "p50_ms": q(0.5), "p99_ms": q(0.99),
+    return {"polls": len(polls), "status": dict(counts), "p50_ms": q(0.5), "p99_ms": q(0.99),
             "max_ms": q(1.0)}
 
 
