@@ -263,6 +263,26 @@ def test_validation_pools_per_pool_rows_and_collapse_guard(tmp_path):
         load_train_config(bad)  # a ConfigError: the CLI's one line, exit 2 (test above)
 
 
+def test_eval_cells_by_duration():
+    """``eval.duration_s``: each validation cell holds rate x duration queries (a sustained load,
+    as ``bench --duration``), so the count grows with the load factor and the pool's capacity
+    instead of being one fixed burst."""
+    from inframind_ray.bench.sweep import queries_for
+    from inframind_ray.learning.train import evaluate
+
+    cfg = TrainConfig.model_validate({
+        "env": {"pool": "constrained", "tasks": "gsm8k=1"},
+        "eval": {"load_factors": [0.01, 0.03], "duration_s": 20, "budget": [30, 60]}})
+    rows = evaluate(cfg, None, policy="always-strongest")
+    assert [r["queries"] for r in rows] == [queries_for(r["rate_per_min"], 20) for r in rows]
+    assert rows[1]["queries"] > rows[0]["queries"] > 0
+    fixed = evaluate(cfg.model_copy(update={"eval": cfg.eval.model_copy(
+        update={"duration_s": None, "queries": 10})}), None, policy="always-strongest")
+    assert [r["queries"] for r in fixed] == [10, 10]
+    with pytest.raises(Exception, match="duration_s"):
+        TrainConfig.model_validate({"eval": {"duration_s": 0}})
+
+
 def test_report_compares_kept_and_start_on_another_seed(tmp_path):
     """``eval.report_seed``: the kept checkpoint and the first one are evaluated side by side on
     another validation seed; identical weights give identical goodput (a deterministic twin)."""

@@ -122,8 +122,10 @@ def export_policy(algo, pool_info, hidden: int, path: Path, token_budget: bool =
 
 
 def evaluate(cfg: TrainConfig, checkpoint: Path | None, policy: str = "inframind") -> list[dict]:
-    """Validation-split twin runs (one per eval rate) with the bench's cell runner."""
+    """Validation-split twin runs (one per eval rate) with the bench's cell runner: each cell
+    ``eval.queries`` queries, or rate x ``eval.duration_s`` when that is set."""
     from inframind_ray.bench.runner import CellSpec, run_cell
+    from inframind_ray.bench.sweep import queries_for
     from inframind_ray.pools.cards import build_pool_info
     from inframind_ray.tasks.registry import parse_mix
     from inframind_ray.tasks.workload import WorkloadSpec
@@ -135,7 +137,9 @@ def evaluate(cfg: TrainConfig, checkpoint: Path | None, policy: str = "inframind
         cap = capacity_rpm(build_pool_info(pool), mix) if factors else None
         rates = [f * cap for f in factors] if factors else cfg.eval.rates
         for i, r in enumerate(rates):
-            w = WorkloadSpec(round(r, 3), cfg.eval.queries, "poisson", "val",
+            n = (queries_for(round(r, 3), cfg.eval.duration_s) if cfg.eval.duration_s
+                 else cfg.eval.queries)
+            w = WorkloadSpec(round(r, 3), n, "poisson", "val",
                              tuple(cfg.eval.budget), cfg.eval.seed, tuple(mix.items()))
             res = run_cell(CellSpec(pool, policy, w, None,
                                     str(checkpoint) if checkpoint else None,
@@ -143,7 +147,7 @@ def evaluate(cfg: TrainConfig, checkpoint: Path | None, policy: str = "inframind
             s = res.summary
             row = {"pool": name, **{k: s[k] for k in (
                 "rate_per_min", "goodput", "accuracy", "slo_attainment", "model_mix",
-                "strategy_mix", "topology_mix")}}
+                "strategy_mix", "topology_mix")}, "queries": n}
             if factors:
                 row["load_factor"] = factors[i]
             rows.append(row)

@@ -72,6 +72,10 @@ class EvalSettings(BaseModel):
     (``learning/pools_draw.capacity_rpm``, assumption ``LOAD_CAPACITY_PROXY``), so that pools of
     different sizes are validated at comparable loads."""
     queries: int = Field(200, ge=10)
+    duration_s: float | None = Field(None, gt=0)
+    """Instead of ``queries``: every cell's arrivals span this many simulated seconds (rate x
+    duration queries, as ``inframind bench --duration``), so a cell at a given load is a
+    sustained load on every pool, not a burst whose length shrinks as the pool grows."""
     budget: tuple[float, float] = A.BUDGET_RANGE_S
     seed: int = 1
     pools: list[str] | None = None
