@@ -244,6 +244,7 @@ def test_same_plan_in_twin_and_serve(session):
         (b'{"query": "hi", "budget_s": 0}', 422, "budget_s"),
         (b'{"query": "hi", "budget_s": -3}', 422, "budget_s"),
         (b'{"query": "hi", "budget_s": 1e9}', 422, "budget_s"),
+        (b'{"query": "hi", "budget_s": 5e-324}', 422, "budget_s: must be >= 0.1 s"),
         (b'{"query": "hi", "task": "poetry"}', 422, "task"),
         (b'{"item_id": 99999999, "budget_s": 10}', 404, "99999999"),
         (b'{"item_id": 5, "task": "gsm9k", "budget_s": 10}', 422, "task"),
@@ -582,6 +583,10 @@ def test_policy_registry_rollouts_and_feedback(session, tmp_path):
     code, out, _ = http(session, "POST", "/v1/policies/promote", {"version": v3})
     assert code == 409 and "digest mismatch" in out["error"] and "\n" not in out["error"]
     assert http(session, "POST", "/v1/policies/promote", {"version": "v0077"})[0] == 404
+    for route in ("promote", "canary"):  # the version is required, in the schema too
+        code, out, _ = http(session, "POST", f"/v1/policies/{route}", {})
+        assert code == 422 and out["error"] == "version: Field required", out
+    assert http(session, "POST", "/v1/policies/pin", raw=b"null")[0] == 422
     code, out, _ = http(session, "POST", "/v1/policies/canary", {"version": "v0077"})
     assert code == 404 and "v0077" in out["error"], out  # the canary route reaches the registry
     assert http(session, "GET", "/v1/state")[1]["policy_version"] == v2
@@ -595,12 +600,17 @@ def test_policy_registry_rollouts_and_feedback(session, tmp_path):
     code, fb, _ = http(session, "POST", "/v1/feedback", {"query_id": "fb-1", "score": 0.75})
     assert code == 200 and fb["score"] == 0.75
     assert http(session, "POST", "/v1/feedback", {"query_id": "nope", "score": 1})[0] == 404
-    for bad in (1.5, -0.1, "high"):
+    for bad in (1.5, -0.1, "high", False):  # false is no score
         assert http(session, "POST", "/v1/feedback", {"query_id": "fb-1", "score": bad})[0] == 422
     schema = http(session, "GET", "/openapi.json")[1]
     assert schema["components"]["schemas"]["FeedbackRequest"]["properties"]["score"][
         "maximum"] == 1
     assert "/v1/feedback" in schema["paths"] and "/v1/policies/promote" in schema["paths"]
+    assert schema["components"]["schemas"]["PolicyVersionRequired"]["required"] == ["version"]
+    assert schema["components"]["schemas"]["QueryRequest"]["properties"]["budget_s"][
+        "minimum"] == session.cfg.serving.min_budget_s
+    chat_ok = schema["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"]
+    assert {"application/json", "text/event-stream"} <= set(chat_ok)
 
     # the rollouts: decisions, episodes, feedback
     paths = ray.get(orch.flush_records.remote())

@@ -237,6 +237,28 @@ def test_ingress_refuses_a_query_no_model_can_answer_within_its_budget(tmp_path)
     assert orch._admit(q) is None
 
 
+def test_a_budget_no_idle_model_can_meet_is_the_clients_error(tmp_path):
+    """A budget shorter than every model's service time (even an idle replica would miss it)
+    is a 422 with the reason, not a retryable 503: no load would make it fit. The same queue
+    with a budget the idle service time fits stays a 503 (test above)."""
+    from inframind_ray.config import load_pool
+    from inframind_ray.serving.orchestrator import Orchestrator
+
+    cfg = load_pool(Path(__file__).parent / "pools" / "serve_test.yaml")
+    serving = cfg.serving.model_copy(update={"records_dir": str(tmp_path / "rec"),
+                                             "embed": False})
+    orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
+    now = time.time()
+    orch.push_metrics(LoadSnapshot("big", waiting=0, running=0, capacity=1, service_s=3.0,
+                                   timestamp=now, replica_id="b0"))
+    orch.push_metrics(LoadSnapshot("small", waiting=0, running=0, capacity=8, service_s=0.5,
+                                   timestamp=now, replica_id="s0"))
+    out = asyncio.run(orch.query({"item_id": 70, "budget_s": 0.2}))
+    assert out["http_status"] == 422 and "retry_after" not in out, out
+    assert out["error"].startswith("budget_s: 0.2 s is shorter than"), out
+    assert "0.5 s" in out["error"] and orch.inflight == 0
+
+
 def test_ingress_gate_refuses_by_the_control_planes_delay():
     """The ingress replica's gate: a query's time outside its agent calls (its time at the
     ingress less its calls' span) feeds the delay EWMA; a budget that delay exceeds by more
@@ -537,3 +559,12 @@ def test_ingress_router_holds_queries_at_the_reported_bound():
     router._queue_len_gauge_last_update = {}
     router.on_replica_actor_died("a")
     assert "a" not in router._inflight
+
+
+def test_a_controller_delta_that_was_not_asked_is_null_in_json():
+    """A decision made with no answer to give has delta -inf, which JSON cannot carry (it was a
+    500 on a GSM8K query whose first answers held no number): the response says null."""
+    from inframind_ray.serving.orchestrator import _finite
+
+    assert _finite(float("-inf")) is None and _finite(float("nan")) is None
+    assert _finite(0.123456789) == 0.12346

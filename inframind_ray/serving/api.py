@@ -36,6 +36,7 @@ from inframind_ray.serving.schemas import (
     FeedbackRequest,
     GradeRequest,
     PolicyVersionRequest,
+    PolicyVersionRequired,
     QueryRequest,
 )
 
@@ -76,13 +77,32 @@ def _errors(*codes: int) -> dict:
            404: "no such item (or model on the chat endpoint, query_id, policy version)",
            409: "a registry operation refused (pinned, nothing to roll back to, a candidate "
                 "that cannot serve); the active version keeps serving",
-           413: "body larger than serving.max_body_bytes", 422: "a field or rule violated",
+           413: "body larger than serving.max_body_bytes",
+           422: "a field or rule violated (or a budget that no model of the pool answers "
+                "within even when idle)",
            429: "too many queries in flight (Retry-After)",
            503: "a replica on the query's path was full, no model is predicted to answer "
                 "within the budget, or the orchestrator restarted (Retry-After)"}
     body = {"application/json": {"schema": {"type": "object", "required": ["error"],
                                             "properties": {"error": {}}}}}
     return {c: {"description": why[c], "content": body} for c in codes}
+
+
+SSE_OK = {200: {"description": "the completion, or with `stream: true` server-sent events "
+                 "(OpenAI's chat.completion.chunk objects, then `data: [DONE]`)",
+                 "content": {"application/json": {}, "text/event-stream": {"schema": {
+                     "type": "object", "required": ["data"],  # one event
+                     "properties": {"data": {"type": "string"}, "event": {"type": "string"}}}}}}}
+
+
+def _budget_error(budget_s: float, lo: float, hi: float) -> str | None:
+    """The budget's bounds (the pool's ``serving.min_budget_s`` / ``max_budget_s``, stated in
+    the OpenAPI document): the 422 reason, or None."""
+    if budget_s > hi:
+        return f"budget_s: must be <= {hi:g} s"
+    if budget_s < lo:
+        return f"budget_s: must be >= {lo:g} s"
+    return None
 
 
 def _policy_names(cfg: PoolConfig) -> list[str]:
@@ -106,6 +126,7 @@ def build_fastapi(cfg: PoolConfig) -> FastAPI:
             for name in ("QueryRequest", "ChatRequest"):
                 props = schema["components"]["schemas"][name]["properties"]
                 props["budget_s"]["maximum"] = cfg.serving.max_budget_s
+                props["budget_s"]["minimum"] = cfg.serving.min_budget_s
                 props["policy"] = {"anyOf": [{"enum": policies}, {"type": "null"}],
                                    "title": "Policy"}
             app.openapi_schema = schema
@@ -186,7 +207,7 @@ def ingress_options(cfg: PoolConfig) -> dict:
 def make_ingress(cfg: PoolConfig):  # noqa: ANN201
     """The Serve ingress deployment class bound to this config's FastAPI app."""
     app = build_fastapi(cfg)
-    max_budget = cfg.serving.max_budget_s
+    lo, hi = cfg.serving.min_budget_s, cfg.serving.max_budget_s
 
     @serve.deployment(**ingress_options(cfg))
     @serve.ingress(app)
@@ -241,12 +262,12 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
 
         @app.post("/v1/queries", responses=_errors(400, 401, 404, 413, 422, 429, 503))
         async def queries(self, body: QueryRequest) -> JSONResponse:
-            if body.budget_s > max_budget:
-                return _error(422, f"budget_s: must be <= {max_budget:g} s")
+            if (bad := _budget_error(body.budget_s, lo, hi)) is not None:
+                return _error(422, bad)
             refusal = self._refused(body.budget_s)
             return _reply(refusal or await self._query(body.model_dump()))
 
-        @app.post("/v1/feedback", responses=_errors(401, 404, 413, 422))
+        @app.post("/v1/feedback", responses=_errors(400, 401, 404, 413, 422))
         async def feedback(self, body: FeedbackRequest) -> JSONResponse:
             return _reply(await _call(self.orch, "feedback", body.query_id, body.score))
 
@@ -254,28 +275,25 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
         async def policies(self) -> JSONResponse:
             return _reply(await _call(self.orch, "policies_list"))
 
-        @app.post("/v1/policies/promote", responses=_errors(401, 404, 409, 422))
-        async def promote(self, body: PolicyVersionRequest) -> JSONResponse:
-            if body.version is None:
-                return _error(422, "version: required")
+        @app.post("/v1/policies/promote", responses=_errors(400, 401, 404, 409, 413, 422))
+        async def promote(self, body: PolicyVersionRequired) -> JSONResponse:
             return _reply(await _call(self.orch, "policy_op", "promote", body.version))
 
-        @app.post("/v1/policies/canary", responses=_errors(401, 404, 409, 422))
-        async def canary(self, body: PolicyVersionRequest) -> JSONResponse:
-            if body.version is None:
-                return _error(422, "version: required")
+        @app.post("/v1/policies/canary", responses=_errors(400, 401, 404, 409, 413, 422))
+        async def canary(self, body: PolicyVersionRequired) -> JSONResponse:
             return _reply(await _call(self.orch, "policy_op", "canary", body.version))
 
-        @app.post("/v1/policies/rollback", responses=_errors(401, 409))
+        @app.post("/v1/policies/rollback", responses=_errors(401, 409, 413))
         async def rollback(self) -> JSONResponse:
             return _reply(await _call(self.orch, "policy_op", "rollback"))
 
-        @app.post("/v1/policies/pin", responses=_errors(401, 404, 409, 422))
-        async def pin(self, body: PolicyVersionRequest = PolicyVersionRequest()  # noqa: B008
-                      ) -> JSONResponse:
+        @app.post("/v1/policies/pin", responses=_errors(400, 401, 404, 409, 413, 422))
+        async def pin(self, body: PolicyVersionRequest) -> JSONResponse:
+            """Pin a version (``{}``: the active one); a pinned version is never replaced
+            automatically."""
             return _reply(await _call(self.orch, "policy_op", "pin", body.version))
 
-        @app.post("/v1/policies/unpin", responses=_errors(401))
+        @app.post("/v1/policies/unpin", responses=_errors(401, 413))
         async def unpin(self) -> JSONResponse:
             return _reply(await _call(self.orch, "policy_op", "unpin"))
 
@@ -283,10 +301,10 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
         async def grade(self, body: GradeRequest) -> JSONResponse:
             return _reply(await _call(self.orch, "grade", body.model_dump()))
 
-        @app.post(CHAT_PATH, responses=_errors(400, 401, 404, 413, 422, 429, 503))
+        @app.post(CHAT_PATH, responses={**SSE_OK, **_errors(400, 401, 404, 413, 422, 429, 503)})
         async def chat(self, body: ChatRequest) -> JSONResponse:
-            if body.budget_s > max_budget:
-                return _error(422, f"budget_s: must be <= {max_budget:g} s", openai=True)
+            if (bad := _budget_error(body.budget_s, lo, hi)) is not None:
+                return _error(422, bad, openai=True)
             if body.model != "inframind":
                 return _error(404, f"model {body.model!r} not found; use 'inframind'",
                               openai=True)

@@ -15,6 +15,7 @@ start, liveness after. Serve's proxy answers ``/-/healthz`` itself (the proxy on
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from ray import serve
@@ -37,12 +38,14 @@ class Health:
         self.ready = False
         self._asked = -_ASK_EVERY_S
 
-    def _ingress_running(self) -> bool:
-        """Whether the ingress application has reached ``RUNNING`` (cached once it has)."""
+    async def _ingress_running(self) -> bool:
+        """Whether the ingress application has reached ``RUNNING`` (cached once it has).
+        ``serve.status()`` blocks on the controller, so it runs on a worker thread."""
         now = time.monotonic()
         if not self.ready and now - self._asked >= _ASK_EVERY_S:
             self._asked = now
-            app = serve.status().applications.get(self.ingress_app)
+            status = await asyncio.to_thread(serve.status)
+            app = status.applications.get(self.ingress_app)
             self.ready = app is not None and app.status == ApplicationStatus.RUNNING
         return self.ready
 
@@ -51,7 +54,7 @@ class Health:
         if request.method not in ("GET", "HEAD"):
             return JSONResponse({"error": f"method {request.method} not allowed on /healthz"},
                                 status_code=405, headers={"Allow": "GET, HEAD"})
-        if not self._ingress_running():
+        if not await self._ingress_running():
             return JSONResponse({"status": "starting"}, status_code=503,
                                 headers={"Retry-After": "1"})
         return JSONResponse({"status": "ok"})

@@ -43,6 +43,12 @@ log = logging.getLogger(__name__)
 APP_NAME = "inframind"
 
 
+def _finite(x: float) -> float | None:
+    """A controller delta for JSON: rounded, or None where it was not asked (no answer yet:
+    -inf), which JSON cannot carry."""
+    return round(x, 5) if math.isfinite(x) else None
+
+
 class Orchestrator:
     """Ray actor (created by :func:`inframind_ray.serving.app.start`)."""
 
@@ -323,13 +329,20 @@ class Orchestrator:
         """The ingress's admission by predicted finish (``replica.predict``, the replicas'
         rule): a query whose budget not even one call on the fastest available model is
         predicted to meet (past ``engine.admission_margin``) is refused now with 503 and a
-        Retry-After of the predicted excess (at least 1 s); None admits it (the policy then fits
+        Retry-After of the predicted excess (at least 1 s), or with 422 when not even an idle
+        replica's service time fits (no retry would help); None admits it (the policy then fits
         the plan to the load: cheaper models or strategies when it is tight)."""
         margin = self.cfg.engine.admission_margin
         state = self.loads.system_state()
         finish = fastest_finish_in_s(state.models, q.budget_s, state.now)
         if finish is None or not too_late(finish, q.budget_s, margin):
             return None
+        idle = min(s.service_s for s in state.models.values() if s.available)
+        if too_late(idle, q.budget_s, margin):  # no load would make it fit: the budget's fault
+            self.metrics.shed.inc(tags={"reason": "budget_below_service_time"})
+            return {"http_status": 422,
+                    "error": f"budget_s: {q.budget_s:g} s is shorter than any model of this pool "
+                             f"answers in even when idle (the fastest takes {idle:.3g} s)"}
         self.metrics.shed.inc(tags={"reason": "predicted_deadline_miss"})
         return {"http_status": 503, "retry_after": max(1, math.ceil(finish - q.budget_s)),
                 "error": f"no model is predicted to answer within the budget: the fastest "
@@ -373,7 +386,7 @@ class Orchestrator:
             "controller": {"stopped_early": res.stopped_early, "cancelled": list(res.cancelled),
                            "cancelled_calls": list(res.cancelled_calls),
                            "answer_from": list(res.answer_from),
-                           "decisions": [{"node": d.node_id, "delta": round(d.delta, 5),
+                           "decisions": [{"node": d.node_id, "delta": _finite(d.delta),
                                           "stop": d.stop} for d in res.decisions]},
         }
         m = self.metrics

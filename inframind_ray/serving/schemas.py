@@ -154,6 +154,17 @@ class ChatRequest(BaseModel):
     policy: str | None = None
 
 
+def _number(v: object) -> object:
+    """JSON Schema's number: an int or a float; never a bool (``false`` is not 0.0)."""
+    if isinstance(v, bool):
+        raise ValueError("must be a number")
+    return v
+
+
+Score = Annotated[float, BeforeValidator(_number)]
+VERSION_PATTERN = r"^v[0-9]{4,}$"
+
+
 class FeedbackRequest(BaseModel):
     """POST /v1/feedback: a client's score of a served query's answer (a reward of the
     continual learner, docs/continual.md)."""
@@ -161,12 +172,20 @@ class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query_id: str = Field(max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$",
                           description="the query_id of a recent answer")
-    score: float = Field(ge=0, le=1, allow_inf_nan=False,
+    score: Score = Field(ge=0, le=1, allow_inf_nan=False,
                          description="0 (useless) to 1 (right and useful)")
 
 
 class PolicyVersionRequest(BaseModel):
-    """POST /v1/policies/promote (version required) and /pin (default: the active one)."""
+    """POST /v1/policies/pin: a version, or ``{}`` for the active one."""
 
     model_config = ConfigDict(extra="forbid")
-    version: str | None = Field(None, pattern=r"^v[0-9]{4,}$", description="e.g. v0002")
+    version: str | None = Field(None, pattern=VERSION_PATTERN,
+                                description="e.g. v0002 (default: the active version)")
+
+
+class PolicyVersionRequired(BaseModel):
+    """POST /v1/policies/promote and /canary: the version to promote or canary."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: str = Field(pattern=VERSION_PATTERN, description="e.g. v0002")
