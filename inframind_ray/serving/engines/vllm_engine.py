@@ -138,7 +138,7 @@ class VLLMEngine(Engine):
 
     @classmethod
     def from_spec(cls, model: Any, spec: Any, scheduling: str = "edf") -> VLLMEngine:
-        """Build from a pool ``ModelConfig`` and its ``VLLMEngineSpec`` (``config.py``), ranking
+        """Build from a pool ``ModelConfig`` and its ``VLLMEngineSpec`` (``config/``), ranking
         requests in the pool's ``scheduling`` order."""
         path = os.path.expanduser(spec.model)
         return cls(
