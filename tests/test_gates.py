@@ -150,6 +150,40 @@ def test_a_pinned_version_is_never_replaced_by_a_canary(reg, pool):
     assert "not promoted: v0001 is pinned" in st.log[-1]["reason"]
 
 
+def test_the_newest_candidate_queues_behind_a_running_canary(reg, pool):
+    """The learner's path (``queue``): a candidate that passes while a canary runs waits as
+    ``next_canary``; a newer one supersedes it (the older stays a candidate); when the running
+    canary ends, promoted or rolled back, the queued one's canary starts. A human's request
+    is still refused while one runs. A queued candidate promoted by hand leaves the queue;
+    one queued while a version gets pinned is dropped when the canary ends."""
+    v3 = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    v4 = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    reg.start_canary("v0002", pool, actor="learner", queue=True)
+    st = reg.start_canary(v3, pool, actor="learner", queue=True)
+    assert (st.canary, st.next_canary) == ("v0002", v3)
+    with pytest.raises(RegistryError, match="a canary of v0002 is running"):
+        reg.start_canary(v4, pool)
+    st = reg.start_canary(v4, pool, actor="learner", queue=True)
+    assert (st.canary, st.next_canary) == ("v0002", v4)
+    assert [e["op"] for e in st.log[-2:]] == ["canary_superseded", "canary_queued"]
+    assert st.log[-2]["version"] == v3 and st.states[v3] is VersionState.CANDIDATE
+    st = reg.end_canary("v0002", False, "harm: x", pool)
+    assert (st.canary, st.next_canary, st.active) == (v4, None, "v0001")
+    assert st.log[-1] == {**st.log[-1], "op": "canary_start", "version": v4, "queued": True}
+    st = reg.start_canary(v3, pool, actor="learner", queue=True)
+    st = reg.end_canary(v4, True, "non-inferior", pool)
+    assert (st.active, st.canary) == (v4, v3)  # v3's canary now runs against v4
+    reg.end_canary(v3, False, "harm: y", pool)
+    v5 = reg.register(DEFAULT_CHECKPOINT, pool, parent=v4).version
+    v6 = reg.register(DEFAULT_CHECKPOINT, pool, parent=v4).version
+    reg.start_canary(v5, pool, actor="learner", queue=True)
+    reg.start_canary(v6, pool, actor="learner", queue=True)
+    reg.pin()
+    st = reg.end_canary(v5, False, "harm: z", pool)
+    assert st.canary is None and st.next_canary is None and st.log[-1]["op"] == "canary_dropped"
+    assert st.states[v6] is VersionState.CANDIDATE
+
+
 def test_orchestrator_runs_the_registrys_canary(reg, pool, tmp_path):
     """In process (no Ray): the registry's canary request starts a canary at the next sync;
     outcomes of a candidate that never answers right roll it back, with the reason in the event
@@ -177,6 +211,23 @@ def test_orchestrator_runs_the_registrys_canary(reg, pool, tmp_path):
     assert rs.states["v0002"] is VersionState.REJECTED and rs.log[-1]["op"] == "canary_rollback"
     assert reg.meta("v0002").gates["canary"]["passed"] is False
 
+    # a candidate queued behind a running canary starts at the sync after it ends
+    v3 = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    v4 = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    reg.start_canary(v3, pool, actor="learner", queue=True)
+    orch._sync_registry()
+    reg.start_canary(v4, pool, actor="learner", queue=True)
+    orch._sync_registry()
+    assert orch.canary.running.candidate == v3 and reg.state().next_canary == v4
+    for i in range(400):  # equal policies: non-inferior, promoted
+        to_cand = orch.canary.route(f"r{i}")
+        if orch.canary.observe(to_cand, True, True, orch.pool_info):
+            break
+    orch._sync_registry()
+    st = orch.state()
+    assert st["last_canary"]["decision"] == "promote" and st["policy_version"] == v3
+    assert st["canary"]["candidate"] == v4 and st["canary"]["incumbent"] == v3
+
 
 # ------------------------------------------------------------------ replay gate and CLI
 def test_replay_gate_stops_the_inverted_candidate_and_passes_its_twin(reg, pool):
@@ -201,6 +252,10 @@ def test_replay_gate_stops_the_inverted_candidate_and_passes_its_twin(reg, pool)
                             cfg=ReplayGateConfig(n_queries=20, rate_per_min=30.0))
     assert same["passed"] and all(t["diff"] == 0 for t in same["tests"]), same["tests"]
     assert same["canary"] == "requested" and reg.state().canary == good
+    newer = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    queued = gate_then_canary(load_pool(POOL), reg, newer,
+                              cfg=ReplayGateConfig(n_queries=20, rate_per_min=30.0))
+    assert queued["canary"] == f"queued behind {good}" and reg.state().next_canary == newer
 
 
 def test_cli_refusals_are_one_line(reg):

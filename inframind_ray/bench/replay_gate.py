@@ -79,8 +79,9 @@ def replay_gate(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
 def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
                      cfg: ReplayGateConfig | None = None, canary: bool = True) -> dict:
     """The automatic path of a new candidate: the replay gate, then (if it passed and
-    ``canary``) the canary request to the serving pool. Returns the gate's result with
-    ``canary``: "requested", or why not (failed gate, pinned version, a canary running)."""
+    ``canary``) the canary request to the serving pool, queued behind a running canary (where
+    it supersedes an older queued candidate). Returns the gate's result with ``canary``:
+    "requested", "queued behind vN", or why not (failed gate, pinned version)."""
     out = replay_gate(pool, registry, candidate, cfg=cfg)
     if not out["passed"]:
         out["canary"] = "not requested: the replay gate failed"
@@ -88,8 +89,10 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
         from inframind_ray.pools.cards import build_pool_info
 
         try:
-            registry.start_canary(candidate, build_pool_info(pool), actor="learner")
-            out["canary"] = "requested"
+            st = registry.start_canary(candidate, build_pool_info(pool), actor="learner",
+                                       queue=True)
+            out["canary"] = ("requested" if st.canary == candidate
+                             else f"queued behind {st.canary}")
         except RegistryError as e:
             out["canary"] = f"not requested: {e}"
     return out

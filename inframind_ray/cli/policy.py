@@ -38,7 +38,9 @@ def _open(config: Path, registry: Path | None):  # noqa: ANN202
 def _show(reg) -> None:  # noqa: ANN001
     st = reg.state()
     console.print(f"active {st.active or '-'}" + (" (pinned)" if st.pinned else "")
-                  + (f"; rollback target {st.previous[-1]}" if st.previous else ""))
+                  + (f"; rollback target {st.previous[-1]}" if st.previous else "")
+                  + (f"; canary {st.canary}" if st.canary else "")
+                  + (f" (next: {st.next_canary})" if st.next_canary else ""))
 
 
 @policy_app.command("list")

@@ -91,6 +91,7 @@ class RegistryState(BaseModel):
     pinned: str | None = None
     states: dict[str, VersionState] = {}
     canary: str | None = None  # the candidate a serving pool is to canary (serving/canary.py)
+    next_canary: str | None = None  # the newest candidate queued behind it (start_canary queue)
     log: list[dict] = []
 
 
@@ -265,6 +266,8 @@ class PolicyRegistry:
         st.states[version] = VersionState.ACTIVE
         if st.canary == version:
             st.canary = None
+        if st.next_canary == version:
+            st.next_canary = None
         st.log.append(self._event("promote", version, actor, **extra))
 
     # ------------------------------------------------------------------ gates and canary
@@ -282,20 +285,31 @@ class PolicyRegistry:
                                       passed=bool(result.get("passed"))))
         return meta
 
-    def start_canary(self, version: str, pool: PoolInfo, *, actor: str = "cli") -> RegistryState:
+    def start_canary(self, version: str, pool: PoolInfo, *, actor: str = "cli",
+                     queue: bool = False) -> RegistryState:
         """Ask the serving pool to canary ``version`` (a candidate, checked first). Refused
-        while a version is pinned or another canary runs."""
+        while a version is pinned, or while another canary runs unless ``queue``: then it waits
+        as ``next_canary`` and starts when the running one ends; a newer queued candidate
+        supersedes an older one (the learner's newest candidate is the one worth a canary; the
+        older one stays a candidate, promotable by hand)."""
         with self._locked() as st:
             if version not in st.states:
                 raise VersionNotFound(f"no policy version {version!r} in {self.root}")
             if st.states[version] is not VersionState.CANDIDATE:
                 raise RegistryError(f"{version} is {st.states[version].value}, not a candidate")
             self._not_pinned(st, "start a canary")
-            if st.canary is not None:
+            if st.canary is not None and not queue:
                 raise RegistryError(f"a canary of {st.canary} is running")
             self.check(version, pool)
-            st.canary = version
-            st.log.append(self._event("canary_start", version, actor))
+            if st.canary is None:
+                st.canary = version
+                st.log.append(self._event("canary_start", version, actor))
+            elif st.canary != version and st.next_canary != version:
+                if st.next_canary is not None:
+                    st.log.append(self._event("canary_superseded", st.next_canary, actor,
+                                              by=version))
+                st.next_canary = version
+                st.log.append(self._event("canary_queued", version, actor, behind=st.canary))
         return st
 
     def end_canary(self, version: str, promote: bool, reason: str, pool: PoolInfo, *,
@@ -308,13 +322,28 @@ class PolicyRegistry:
             if promote:
                 try:
                     self._promote(st, version, pool, actor, reason=reason)
+                    self._start_queued(st)
                     return st
                 except RegistryError as e:
                     reason = f"{reason}; not promoted: {e}"
             st.canary = None
             st.states[version] = VersionState.REJECTED
             st.log.append(self._event("canary_rollback", version, actor, reason=reason))
+            self._start_queued(st)
         return st
+
+    def _start_queued(self, st: RegistryState) -> None:
+        """After a canary ends: the queued candidate's canary starts, unless it is no longer a
+        candidate (promoted or rejected by hand meanwhile) or a version is pinned (dropped)."""
+        nxt, st.next_canary = st.next_canary, None
+        if nxt is None or st.canary is not None:
+            return
+        if st.states.get(nxt) is not VersionState.CANDIDATE or st.pinned is not None:
+            st.log.append(self._event("canary_dropped", nxt, "registry",
+                                      reason="pinned" if st.pinned else "not a candidate"))
+            return
+        st.canary = nxt
+        st.log.append(self._event("canary_start", nxt, "registry", queued=True))
 
     def rollback(self, pool: PoolInfo, *, actor: str = "cli") -> RegistryState:
         """Serve the previous active version again (checked first); the current one is
@@ -386,5 +415,5 @@ def describe(reg: PolicyRegistry) -> dict:
     """The registry as JSON for ``/v1/state`` and ``inframind policy list``."""
     st = reg.state()
     return {"dir": str(reg.root), "active": st.active, "pinned": st.pinned,
-            "previous": st.previous[-5:], "canary": st.canary,
+            "previous": st.previous[-5:], "canary": st.canary, "next_canary": st.next_canary,
             "versions": [json.loads(v.model_dump_json()) for v in reg.list()]}

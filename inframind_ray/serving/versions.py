@@ -61,13 +61,14 @@ class ServedVersion:
             return None
         self._stamp = stamp
         st = self.registry.state()
-        self.canary.sync(st.canary, self.version, pool)
-        active = st.active
-        if active is None or active == self.version:
-            return None
-        policy = self.registry.check(active, pool)
-        log.info("policy %s -> %s", self.version, active)
-        self.version = active
+        active, policy = st.active, None
+        try:
+            if active is not None and active != self.version:
+                policy = self.registry.check(active, pool)
+                log.info("policy %s -> %s", self.version, active)
+                self.version = active
+        finally:  # a queued canary that starts with a promotion runs against the new active
+            self.canary.sync(st.canary, self.version, pool)
         return policy
 
     def resume_canary(self, pool: PoolInfo) -> None:
