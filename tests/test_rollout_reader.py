@@ -106,3 +106,45 @@ def test_learner_killed_mid_batch_trains_each_rollout_once(served, tmp_path):
     assert set(counts.values()) == {1}
     taken = [rid for x in log() if x.startswith("took") for rid in x.split()[1:]]
     assert all(taken.count(rid) == 2 for rid in killed)  # the killed batch came again, once
+
+
+def test_exploring_queries_draw_from_the_softmax_and_record_its_logp(served):
+    """``rollouts.explore_share``: a seeded hash of the query id picks about that share of the
+    queries (the same id always alike); such a query's decisions are drawn from (1 - eps) x the
+    network's softmax + eps x uniform over the valid actions, each recorded with its
+    log-probability under that mixture (never a masked action); a greedy query takes the
+    argmax with the softmax's log-probability."""
+    import numpy as np
+    import torch
+
+    from inframind_ray.core.types import LoadSnapshot, SystemState
+    from inframind_ray.policy.recording import RecordingPolicy
+    from inframind_ray.serving.rollouts import explorer
+    from inframind_ray.tasks.registry import family
+
+    picked = [explorer(f"q{i}", 0.25, 0) is not None for i in range(4000)]
+    assert 0.22 < np.mean(picked) < 0.28 and explorer("q1", 0.0, 0) is None
+    a, b = explorer("q7", 1.0, 0), explorer("q7", 1.0, 0)
+    assert a.random() == b.random() and explorer("q7", 1.0, 1).random() != a.random()
+
+    pool, policy = served
+    fam = family("mmlu_pro")
+    now = time.time()
+    state = SystemState(now, {m: LoadSnapshot(m, timestamp=now) for m in pool.names})
+    greedy_off = explored_off = 0
+    for i, item in enumerate(fam.split_ids("test")[:60]):
+        q = fam.query(int(item), f"x{i}", 30.0, now)
+        for rng in (None, np.random.default_rng(i)):
+            got = []
+            RecordingPolicy(policy, got.append, explore=rng, epsilon=0.3).plan(q, state)
+            d = got[0]
+            logits, _ = policy._forward("planner", d.obs)
+            soft = torch.softmax(logits[0].double(), -1).numpy()
+            valid = (logits[0] > -1e8).numpy()
+            assert valid[d.action]
+            want = soft[d.action] if rng is None else 0.7 * soft[d.action] + 0.3 / valid.sum()
+            assert d.logp == pytest.approx(float(np.log(want)), abs=1e-5)
+            off = d.action != int(logits[0].argmax())
+            greedy_off += off and rng is None
+            explored_off += off and rng is not None
+    assert greedy_off == 0 and explored_off > 0

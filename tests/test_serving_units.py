@@ -568,3 +568,33 @@ def test_a_controller_delta_that_was_not_asked_is_null_in_json():
 
     assert _finite(float("-inf")) is None and _finite(float("nan")) is None
     assert _finite(0.123456789) == 0.12346
+
+
+def test_the_orchestrator_explores_its_share_of_learned_queries(tmp_path):
+    """``serving.rollouts.explore_share``: the learned policy's recorded queries explore by the
+    query id's hash (about the share; counted in /v1/state's counters), with the configured
+    epsilon; at 0 (the default) none does."""
+    from inframind_ray.config import load_pool
+    from inframind_ray.policy.learned import LearnedPolicy
+    from inframind_ray.serving.orchestrator import Orchestrator
+    from inframind_ray.serving.queries import query_info
+
+    cfg = load_pool(Path(__file__).parent / "pools" / "serve_test.yaml")
+    for share, lo, hi in ((0.0, 0, 0), (0.3, 40, 80)):
+        rollouts = cfg.serving.rollouts.model_copy(update={"explore_share": share,
+                                                           "explore_epsilon": 0.25})
+        serving = cfg.serving.model_copy(update={
+            "records_dir": str(tmp_path / f"rec{share}"), "registry_dir": str(tmp_path / "reg"),
+            "embed": False, "rollouts": rollouts})
+        orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
+        learned = orch.policies[LearnedPolicy.name]
+        explored = 0
+        for i in range(200):
+            q = query_info({"item_id": 70, "budget_s": 30, "query_id": f"e{i}"}, time.time())
+            ep, served = orch._recording(q, learned, orch.policy_version)
+            assert ep is not None and served.inner is learned
+            explored += served.explore is not None
+            assert served.epsilon == 0.25
+            orch.rollouts.abandon(ep)
+        assert lo <= explored <= hi and orch.state()["counters"].get("explored_queries", 0) \
+            == explored

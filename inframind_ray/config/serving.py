@@ -21,6 +21,15 @@ class RolloutConfig(BaseModel):
     feedback_window: int = Field(
         100_000, gt=0, le=10_000_000,
         description="the most recent queries that accept POST /v1/feedback")
+    explore_share: float = Field(
+        0.0, ge=0, le=0.5, description="share of the learned policy's queries (by a seeded hash "
+        "of the query id) that explore: their decisions are drawn instead of taken greedily, so "
+        "that live rollouts hold alternatives to learn from (docs/continual.md); 0: greedy")
+    explore_epsilon: float = Field(
+        0.2, ge=0, le=1, description="in an exploring query, each decision is uniform over the "
+        "valid actions with this probability, else drawn from the policy's softmax (the shipped "
+        "policy's softmax alone is near one-hot)")
+    explore_seed: int = 0
 
 
 class AdaptiveInflightConfig(BaseModel):

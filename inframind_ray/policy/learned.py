@@ -16,6 +16,7 @@ import json
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -181,13 +182,23 @@ class LearnedPolicy(Policy):
     def _logits(self, which: str, obs: dict) -> torch.Tensor:
         return self._forward(which, obs)[0]
 
-    def act(self, which: str, obs: dict) -> tuple[int, float, float]:
+    def act(self, which: str, obs: dict, rng: np.random.Generator | None = None,
+            epsilon: float = 0.0) -> tuple[int, float, float]:
         """The greedy action of ``planner`` or ``executor`` on ``obs``, its log-probability
-        under the net's softmax and the value estimate (what a rollout records)."""
+        under the net's softmax and the value estimate (what a rollout records). Given ``rng``
+        (exploration), the action is drawn from the behaviour policy ``(1 - epsilon) x softmax
+        + epsilon x uniform over the valid actions`` and its log-probability is that policy's
+        (what an importance ratio needs)."""
         logits, value = self._forward(which, obs)
         logp = torch.log_softmax(logits[0], -1)
-        action = int(logp.argmax())
-        return action, float(logp[action]), float(value[0])
+        if rng is None:
+            action = int(logp.argmax())
+            return action, float(logp[action]), float(value[0])
+        valid = (logits[0] > NEG / 2).double().numpy()
+        p = (1 - epsilon) * torch.softmax(logits[0].double(), -1).numpy() \
+            + epsilon * valid / valid.sum()
+        action = int(rng.choice(len(p), p=p / p.sum()))
+        return action, float(np.log(p[action] / p.sum())), float(value[0])
 
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
         return plan_of(int(self._logits("planner", self.features.planner(query, state))

@@ -1,10 +1,12 @@
 """What a learner needs of each served decision, and the wrapper that reports it.
 
 ``RecordingPolicy`` wraps the learned policy for ONE query: it takes the same greedy decisions
-(the same forward pass) and hands a ``Decision`` to ``sink`` for the planner's choice and for
-every agent step: the observation the network saw, the action, its log-probability under the
-network's softmax and the value estimate. One wrapper per query keeps the decisions of
-concurrent queries apart without any shared state.
+(the same forward pass), or with ``explore`` draws each from the network's softmax mixed with
+``epsilon`` of uniform choice among the valid actions, and hands a
+``Decision`` to ``sink`` for the planner's choice and for every agent step: the observation the
+network saw, the action, its log-probability under the policy that chose it (the behaviour
+policy's, which a learner's importance ratio needs) and the value estimate. One wrapper per
+query keeps the decisions of concurrent queries apart without any shared state.
 """
 
 from __future__ import annotations
@@ -39,22 +41,25 @@ class Decision:
 class RecordingPolicy(Policy):
     """The learned policy's decisions for one query, each also given to ``sink``."""
 
-    def __init__(self, inner: LearnedPolicy, sink: Callable[[Decision], None]) -> None:
+    def __init__(self, inner: LearnedPolicy, sink: Callable[[Decision], None],
+                 explore: np.random.Generator | None = None, epsilon: float = 0.0) -> None:
         super().__init__(inner.pool, inner.seed)
         self.inner = inner
         self.sink = sink
+        self.explore = explore  # draws the query's actions (see LearnedPolicy.act) when given
+        self.epsilon = epsilon
         self.name = inner.name
         self.token_budget = inner.token_budget
 
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
         obs = self.inner.features.planner(query, state)
-        action, logp, value = self.inner.act("planner", obs)
+        action, logp, value = self.inner.act("planner", obs, self.explore, self.epsilon)
         self.sink(Decision("plan", None, obs, action, logp, value, state))
         return plan_of(action)
 
     def _decide(self, ctx: StepContext) -> StepDecision:
         obs = self.inner.features.executor(ctx)
-        action, logp, value = self.inner.act("executor", obs)
+        action, logp, value = self.inner.act("executor", obs, self.explore, self.epsilon)
         model, strategy = self.inner.features.decision(action)
         self.sink(Decision("step", ctx.node.id, obs, action, logp, value, ctx.state, model,
                            strategy.value))

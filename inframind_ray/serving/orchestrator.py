@@ -34,7 +34,7 @@ from inframind_ray.serving.metrics import OrchestratorMetrics
 from inframind_ray.serving.queries import NotFound, UserError, grade_answer, grade_final, query_info
 from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
-from inframind_ray.serving.rollouts import RolloutRecorder
+from inframind_ray.serving.rollouts import RolloutRecorder, explorer
 from inframind_ray.serving.tracing import Tracing
 from inframind_ray.serving.versions import ServedVersion
 
@@ -66,7 +66,7 @@ class Orchestrator:
         self.policy_status = "ok"
         self.inflight = 0
         self.served = 0
-        self.counters: Counter[str] = Counter()  # agent_call_retries, agent_calls_lost
+        self.counters: Counter[str] = Counter()  # agent_call_retries, _lost, explored_queries
         self.metrics = OrchestratorMetrics()
         self.versions = ServedVersion(self.cfg, self.metrics)  # serving/versions.py
         self._handles: dict | None = None
@@ -350,8 +350,9 @@ class Orchestrator:
 
     def _recording(self, q: QueryInfo, policy: Policy, version: str | None):  # noqa: ANN202
         """(episode, the policy to run): the learned registry policy (``version``: the active
-        one, or the canary's candidate) wrapped to record its decisions when rollouts are on;
-        (None, policy) otherwise."""
+        one, or the canary's candidate) wrapped to record its decisions when rollouts are on,
+        drawing them from its softmax on ``rollouts.explore_share`` of the queries (both arms
+        of a canary alike); (None, policy) otherwise."""
         if not (self.cfg.serving.rollouts.enabled and version is not None
                 and (policy is self.policies.get(LearnedPolicy.name)
                      or policy is self.canary.policy)):
@@ -361,7 +362,12 @@ class Orchestrator:
             self.inflight, sum(m.waiting for m in models), sum(m.running for m in models)))
         if ep is None:
             return None, policy
-        return ep, RecordingPolicy(policy, self.rollouts.sink(ep))
+        r = self.cfg.serving.rollouts
+        rng = explorer(q.query_id, r.explore_share, r.explore_seed)
+        if rng is not None:
+            self.counters["explored_queries"] += 1
+        return ep, RecordingPolicy(policy, self.rollouts.sink(ep), explore=rng,
+                                   epsilon=r.explore_epsilon)
 
     def _respond(self, res: QueryResult, policy: str, correct: bool | None) -> dict:
         q = res.query

@@ -19,6 +19,7 @@ reader that sees a file twice can drop the repeats.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import uuid
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -34,6 +36,18 @@ from inframind_ray.config import RolloutConfig
 from inframind_ray.core.types import QueryInfo
 from inframind_ray.orchestration.runner import QueryResult
 from inframind_ray.policy.recording import Decision
+
+
+def explorer(query_id: str, share: float, seed: int) -> np.random.Generator | None:
+    """The generator an exploring query draws its decisions with, or None for a greedy one:
+    a query explores when its seeded hash (apart from the canary's) falls below ``share``;
+    the generator is seeded by the same hash, so a query id always draws alike."""
+    if share <= 0:
+        return None
+    h = int.from_bytes(hashlib.blake2b(f"explore:{seed}:{query_id}".encode(),
+                                       digest_size=8).digest(), "big")
+    return np.random.default_rng(h) if h / 2 ** 64 < share else None
+
 
 _F = pa.float32()
 _OBS = pa.list_(_F)
