@@ -48,7 +48,7 @@ import numpy as np
 import psutil
 
 from inframind_ray.config import AdaptiveInflightConfig, PoolConfig, load_pool
-from inframind_ray.serving.loadgen import require_loopback
+from inframind_ray.serving.loadgen import require_loopback, stamp
 from inframind_ray.tasks.workload import WorkloadSpec, arrival_times, budgets, sample_task_items
 
 MAX_QUERIES = 5_000  # every load loop is bounded by this and by its duration
@@ -62,6 +62,8 @@ def pool_cfg(args: argparse.Namespace, replicas: dict[str, int] | None = None) -
               for m in cfg.models]
     rec = tempfile.mkdtemp(prefix="inframind-load-records-")
     extra = {} if args.max_inflight is None else {"max_inflight_queries": args.max_inflight}
+    if args.request_start:
+        extra["request_start_header"] = True
     if args.adaptive:
         extra["adaptive_inflight"] = AdaptiveInflightConfig()
     return cfg.model_copy(update={"models": models, "serving": cfg.serving.model_copy(update={
@@ -108,7 +110,7 @@ class Load:
         rec = {"i": i, "sent_s": sent - self.t0, "budget_s": body["budget_s"], "status": 0,
                "error": "no answer before the run ended (lost)"}
         try:
-            async with session.post(f"{self.url}/v1/queries", json=body) as r:
+            async with session.post(f"{self.url}/v1/queries", json=body, headers=stamp()) as r:
                 raw = await r.text()
                 try:
                     data = json.loads(raw)
@@ -312,6 +314,7 @@ def overload(args: argparse.Namespace) -> dict:
                                          "within_budget")} for x in load.records]))
         return {"measurement": "overload", "policy": args.load_policy or "default",
                 "max_inflight_queries": cfg.serving.max_inflight_queries,
+                "request_start_header": cfg.serving.request_start_header,
                 "adaptive_inflight": (None if cfg.serving.adaptive_inflight is None
                                       else cfg.serving.adaptive_inflight.model_dump()),
                 "rate_per_min": rate, "factor": args.factor,
@@ -618,6 +621,9 @@ def main() -> None:
     ap.add_argument("--adaptive", action="store_true",
                     help="serving.adaptive_inflight with its defaults (the bound steered at run "
                          "time, max_inflight_queries its ceiling)")
+    ap.add_argument("--request-start", action="store_true",
+                    help="serving.request_start_header: budgets count from the client's send "
+                         "(X-Request-Start), the proxy's queue included")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     fn = {"overload": overload, "kill-replicas": kill_replicas,

@@ -598,3 +598,34 @@ def test_the_orchestrator_explores_its_share_of_learned_queries(tmp_path):
             orch.rollouts.abandon(ep)
         assert lo <= explored <= hi and orch.state()["counters"].get("explored_queries", 0) \
             == explored
+
+
+def test_a_query_stamped_before_a_wait_has_that_much_less_budget(tmp_path):
+    """``X-Request-Start`` (read only under ``serving.request_start_header``): the header's
+    forms (``t=`` seconds, ms, us; garbage or absent: None; never after now). A query sent
+    0.5 s before it reaches the orchestrator has 0.1 s of a 0.6 s budget left: refused with
+    503 where the same query counted from its arrival is admitted (the fastest model, idle,
+    takes 0.5 s; the margin 0.5)."""
+    from inframind_ray.config import load_pool
+    from inframind_ray.serving.api import request_start
+    from inframind_ray.serving.orchestrator import Orchestrator
+    from inframind_ray.serving.queries import query_info
+
+    now = 1_800_000_000.0
+    assert request_start("t=1799999999.5", now) == 1799999999.5
+    assert request_start("1799999999500", now) == 1799999999.5  # ms
+    assert request_start("1799999999500000", now) == 1799999999.5  # us
+    assert request_start("t=1800000009", now) == now  # a clock ahead: no negative wait
+    assert request_start("t=soon", now) is None and request_start(None, now) is None
+
+    cfg = load_pool(Path(__file__).parent / "pools" / "serve_test.yaml")
+    serving = cfg.serving.model_copy(update={"records_dir": str(tmp_path / "rec"),
+                                             "embed": False})
+    orch = Orchestrator(cfg.model_copy(update={"serving": serving}).model_dump())
+    t = time.time()
+    for name, service in (("big", 3.0), ("small", 0.5)):
+        orch.push_metrics(LoadSnapshot(name, capacity=8, service_s=service, timestamp=t,
+                                       replica_id=f"{name}0"))
+    assert orch._admit(query_info({"item_id": 70, "budget_s": 0.6}, t)) is None
+    late = orch._admit(query_info({"item_id": 70, "budget_s": 0.6}, t - 0.5))
+    assert late["http_status"] == 503 and "s left)" in late["error"], late

@@ -95,6 +95,11 @@ class ServingConfig(BaseModel):
         True, description="run a warm standby orchestrator that the ingress switches to when "
         "the active one dies")
     max_budget_s: float = Field(3600.0, gt=0)
+    request_start_header: bool = Field(
+        False, description="count a query's budget from its `X-Request-Start` header (`t=` and "
+        "epoch seconds, as a load balancer or client stamps it) instead of from its arrival at "
+        "the ingress, so time queued in front of the service (the HTTP proxy's queue) is spent "
+        "from it; only where the stamping clock is this cluster's (NTP)")
     min_budget_s: float = Field(
         0.1, gt=0, description="the shortest budget a query may ask for (422 below it, stated "
         "in the OpenAPI document): the serving plane's own path takes milliseconds and no model "

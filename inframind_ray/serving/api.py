@@ -9,6 +9,7 @@ Serve's method wrappers.
 import asyncio
 import hmac
 import os
+import time
 
 import ray
 from fastapi import FastAPI, Request
@@ -103,6 +104,24 @@ def _budget_error(budget_s: float, lo: float, hi: float) -> str | None:
     if budget_s < lo:
         return f"budget_s: must be >= {lo:g} s"
     return None
+
+
+REQUEST_START = "x-request-start"
+
+
+def request_start(value: str | None, now: float) -> float | None:
+    """The epoch instant of an ``X-Request-Start`` header (``t=1700000000.123``, or the bare
+    number; milli- and microseconds are read by their size), at most ``now``; None when it is
+    absent or unreadable (the query then counts from its arrival here)."""
+    if not value:
+        return None
+    try:
+        t = float(value.strip().removeprefix("t="))
+    except ValueError:
+        return None
+    while t > 1e11:  # ms or us since the epoch
+        t /= 1000.0
+    return min(t, now) if t > 0 else None
 
 
 def _policy_names(cfg: PoolConfig) -> list[str]:
@@ -208,6 +227,7 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
     """The Serve ingress deployment class bound to this config's FastAPI app."""
     app = build_fastapi(cfg)
     lo, hi = cfg.serving.min_budget_s, cfg.serving.max_budget_s
+    stamped = cfg.serving.request_start_header
 
     @serve.deployment(**ingress_options(cfg))
     @serve.ingress(app)
@@ -236,6 +256,20 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
                                     else "max_inflight_queries"})
             return refusal
 
+        def _started(self, request: Request, budget_s: float) -> tuple[float | None, dict | None]:
+            """(the query's start instant from ``X-Request-Start`` when
+            ``serving.request_start_header``, else None; the gate's refusal for the budget left
+            after the wait in front of the service, or None)."""
+            start = request_start(request.headers.get(REQUEST_START), time.time()) \
+                if stamped else None
+            waited = 0.0 if start is None else time.time() - start
+            if waited >= budget_s:
+                self.shed.inc(tags={"reason": "budget_spent_before_arrival"})
+                return start, {"http_status": 503, "retry_after": 1, "error":
+                               f"the query's budget ran out before it reached the service: it "
+                               f"was sent {waited:.3g} s ago, budget {budget_s:g} s"}
+            return start, self._refused(budget_s - waited)
+
         async def _query(self, payload: dict) -> dict:
             """An admitted query at the active orchestrator, counted in flight at the gate
             until it is answered, failed or abandoned."""
@@ -261,11 +295,13 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
             return _reply(out)
 
         @app.post("/v1/queries", responses=_errors(400, 401, 404, 413, 422, 429, 503))
-        async def queries(self, body: QueryRequest) -> JSONResponse:
+        async def queries(self, body: QueryRequest, request: Request) -> JSONResponse:
             if (bad := _budget_error(body.budget_s, lo, hi)) is not None:
                 return _error(422, bad)
-            refusal = self._refused(body.budget_s)
-            return _reply(refusal or await self._query(body.model_dump()))
+            start, refusal = self._started(request, body.budget_s)
+            if refusal is not None:
+                return _reply(refusal)
+            return _reply(await self._query(body.model_dump() | {"request_start": start}))
 
         @app.post("/v1/feedback", responses=_errors(400, 401, 404, 413, 422))
         async def feedback(self, body: FeedbackRequest) -> JSONResponse:
@@ -302,7 +338,7 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
             return _reply(await _call(self.orch, "grade", body.model_dump()))
 
         @app.post(CHAT_PATH, responses={**SSE_OK, **_errors(400, 401, 404, 413, 422, 429, 503)})
-        async def chat(self, body: ChatRequest) -> JSONResponse:
+        async def chat(self, body: ChatRequest, request: Request) -> JSONResponse:
             if (bad := _budget_error(body.budget_s, lo, hi)) is not None:
                 return _error(422, bad, openai=True)
             if body.model != "inframind":
@@ -316,10 +352,11 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
             except (ValueError, ValidationError) as e:
                 msg = e.errors()[0]["msg"] if isinstance(e, ValidationError) else str(e)
                 return _error(422, str(msg).removeprefix("Value error, "), openai=True)
-            refusal = self._refused(body.budget_s)  # as /v1/queries, before any stream
+            start, refusal = self._started(request, body.budget_s)  # before any stream
             if refusal is not None:
                 return _reply(refusal, openai=True)
-            answer = asyncio.ensure_future(self._query(payload.model_dump()))
+            answer = asyncio.ensure_future(self._query(payload.model_dump()
+                                                       | {"request_start": start}))
             if body.stream:
                 usage = bool(body.stream_options and body.stream_options.include_usage)
                 return StreamingResponse(stream(answer, usage), media_type="text/event-stream",

@@ -20,6 +20,12 @@ from inframind_ray.tasks.workload import MMLU_ONLY, WorkloadSpec, budgets, sampl
 MAX_QUERIES = 20_000
 
 
+def stamp() -> dict[str, str]:
+    """The send instant as ``X-Request-Start`` (``t=`` epoch seconds): a pool with
+    ``serving.request_start_header`` counts the budget from it (the same clock here)."""
+    return {"X-Request-Start": f"t={time.time():.6f}"}
+
+
 async def json_or_error(r: aiohttp.ClientResponse) -> dict:
     """The reply's JSON body, or ``{"error": text}`` for a plain-text one (Serve's own
     refusals: its proxy's 429 past the ingress bound)."""
@@ -149,7 +155,8 @@ async def run_load(url: str, spec: LoadSpec, api_key: str | None = None) -> Load
         rec: dict = {"http_status": 0, "task": task, "item_id": item, "budget_s": buds[i],
                      "error": "no answer before the load run ended"}
         try:
-            async with session.post(f"{url}/v1/queries", json=body) as r:
+            async with session.post(f"{url}/v1/queries", json=body,
+                                    headers=stamp()) as r:
                 data = await json_or_error(r)
                 rec = {"http_status": r.status, "task": task, "item_id": item,
                        "budget_s": buds[i], "client_latency_s": time.monotonic() - sent}

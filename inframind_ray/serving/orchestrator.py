@@ -269,8 +269,12 @@ class Orchestrator:
 
     async def query(self, payload: dict) -> dict:
         """Answer one query end to end, on the wall clock (arrival and deadline are epoch
-        instants from here to the engine). Returns a dict with ``http_status``."""
+        instants from here to the engine; arrival is the ingress's ``request_start`` when it
+        read one: the query's budget then counts from the client's stamp). Returns a dict with
+        ``http_status``."""
         arrival = WALL_CLOCK.now()
+        if payload.get("request_start") is not None:
+            arrival = min(arrival, float(payload["request_start"]))
         if self.inflight >= self.cfg.serving.max_inflight_queries:
             self.metrics.shed.inc(tags={"reason": "max_inflight_queries"})
             return {"http_status": 429, "error": "too many queries in flight", "retry_after": 1}
@@ -334,8 +338,9 @@ class Orchestrator:
         the plan to the load: cheaper models or strategies when it is tight)."""
         margin = self.cfg.engine.admission_margin
         state = self.loads.system_state()
-        finish = fastest_finish_in_s(state.models, q.budget_s, state.now)
-        if finish is None or not too_late(finish, q.budget_s, margin):
+        left = q.budget_s - max(0.0, state.now - q.arrival_s)  # less any wait before here
+        finish = fastest_finish_in_s(state.models, left, state.now)
+        if finish is None or not too_late(finish, left, margin):
             return None
         idle = min(s.service_s for s in state.models.values() if s.available)
         if too_late(idle, q.budget_s, margin):  # no load would make it fit: the budget's fault
@@ -344,9 +349,10 @@ class Orchestrator:
                     "error": f"budget_s: {q.budget_s:g} s is shorter than any model of this pool "
                              f"answers in even when idle (the fastest takes {idle:.3g} s)"}
         self.metrics.shed.inc(tags={"reason": "predicted_deadline_miss"})
-        return {"http_status": 503, "retry_after": max(1, math.ceil(finish - q.budget_s)),
+        return {"http_status": 503, "retry_after": max(1, math.ceil(finish - left)),
                 "error": f"no model is predicted to answer within the budget: the fastest "
-                         f"finishes in {finish:.3g} s, budget {q.budget_s:g} s"}
+                         f"finishes in {finish:.3g} s, budget {q.budget_s:g} s"
+                         + (f" ({left:.3g} s left)" if left < q.budget_s - 1e-3 else "")}
 
     def _recording(self, q: QueryInfo, policy: Policy, version: str | None):  # noqa: ANN202
         """(episode, the policy to run): the learned registry policy (``version``: the active
