@@ -83,7 +83,8 @@ def _errors(*codes: int) -> dict:
                 "within even when idle)",
            429: "too many queries in flight (Retry-After)",
            503: "a replica on the query's path was full, no model is predicted to answer "
-                "within the budget, or the orchestrator restarted (Retry-After)"}
+                "within the budget, the budget ran out before the query arrived "
+                "(serving.request_start_header), or the orchestrator restarted (Retry-After)"}
     body = {"application/json": {"schema": {"type": "object", "required": ["error"],
                                             "properties": {"error": {}}}}}
     return {c: {"description": why[c], "content": body} for c in codes}
