@@ -261,9 +261,9 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
             """(the query's start instant from ``X-Request-Start`` when
             ``serving.request_start_header``, else None; the gate's refusal for the budget left
             after the wait in front of the service, or None)."""
-            start = request_start(request.headers.get(REQUEST_START), time.time()) \
-                if stamped else None
-            waited = 0.0 if start is None else time.time() - start
+            now = time.time()
+            start = request_start(request.headers.get(REQUEST_START), now) if stamped else None
+            waited = 0.0 if start is None else now - start
             if waited >= budget_s:
                 self.shed.inc(tags={"reason": "budget_spent_before_arrival"})
                 return start, {"http_status": 503, "retry_after": 1, "error":

@@ -40,11 +40,15 @@ log = logging.getLogger(__name__)
 METRICS = ("goodput", "slo_attainment")
 
 
+def query_hash(key: str) -> int:
+    """A stable 64-bit hash of ``key`` (a seed and a query id): query ids split by share."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
 def routed_to_candidate(query_id: str, share: float, seed: int) -> bool:
     """Whether a query id goes to the candidate: its seeded hash, as a number in [0, 1),
     is below ``share``."""
-    h = hashlib.blake2b(f"{seed}:{query_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(h, "big") / 2 ** 64 < share
+    return query_hash(f"{seed}:{query_id}") / 2 ** 64 < share
 
 
 @dataclass

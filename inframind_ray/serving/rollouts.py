@@ -19,7 +19,6 @@ reader that sees a file twice can drop the repeats.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import uuid
@@ -36,6 +35,7 @@ from inframind_ray.config import RolloutConfig
 from inframind_ray.core.types import QueryInfo
 from inframind_ray.orchestration.runner import QueryResult
 from inframind_ray.policy.recording import Decision
+from inframind_ray.serving.canary import query_hash
 
 
 def explorer(query_id: str, share: float, seed: int) -> np.random.Generator | None:
@@ -44,8 +44,7 @@ def explorer(query_id: str, share: float, seed: int) -> np.random.Generator | No
     the generator is seeded by the same hash, so a query id always draws alike."""
     if share <= 0:
         return None
-    h = int.from_bytes(hashlib.blake2b(f"explore:{seed}:{query_id}".encode(),
-                                       digest_size=8).digest(), "big")
+    h = query_hash(f"explore:{seed}:{query_id}")
     return np.random.default_rng(h) if h / 2 ** 64 < share else None
 
 
