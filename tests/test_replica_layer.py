@@ -186,3 +186,33 @@ def test_load_view_keeps_a_silent_model_until_its_new_replica_reports():
     view.push(_snap("new", 0, clock.t))
     ld = view.load("m")
     assert (ld.replicas, ld.waiting, ld.available, ld.age(clock.t)) == (1, 0, True, 0.0)
+
+
+def test_load_view_counts_sent_calls_no_snapshot_shows_yet():
+    """A call sent between two pushes counts at once (in a free slot while the model's capacity
+    has room, then waiting with its deadline among the EDF slacks), until every fresh replica has
+    reported after it or it ends; the predicted finish of the next call grows with it."""
+    from inframind_ray.replica.predict import snapshot_finish_in_s
+
+    clock = Clock(100.0)
+    view = LoadView(["m"], clock=clock, stale_after_s=1.0, unavailable_after_s=10.0)
+    idle = LoadSnapshot("m", 1, 0, 0, 0.0, 0.1, 0.02, 1.0, clock.t, replica_id="r1",
+                        service_s=2.0, capacity=2)
+    view.push(idle)
+    clock.t += 0.1
+    with view.track("m", clock.t + 30.0), view.track("m", clock.t + 20.0):
+        with view.track("m", clock.t + 10.0):
+            ld = view.load("m")
+            # the two due first take the two free slots; the third waits, 30 s from the push
+            assert (ld.running, ld.waiting) == (2, 1)
+            assert ld.waiting_slack_s == pytest.approx((30.1,))
+            assert snapshot_finish_in_s(ld, 60.0, clock.t) > snapshot_finish_in_s(idle, 60.0,
+                                                                                  clock.t)
+        assert (view.load("m").running, view.load("m").waiting) == (2, 0)  # one ended
+        clock.t += 0.15
+        view.push(LoadSnapshot("m", 1, 0, 2, 0.0, 0.1, 0.02, 1.0, clock.t, replica_id="r1",
+                               service_s=2.0, capacity=2))  # the replica now shows both
+        assert (view.load("m").running, view.load("m").waiting) == (2, 0)
+    assert view._sent["m"] == {}  # nothing left behind
+    with view.track("unknown-model", 1.0):  # a model the view does not hold: ignored
+        assert "unknown-model" not in view.system_state().models

@@ -101,9 +101,8 @@ def run_cell(spec: CellSpec) -> CellResult:
         engines = build_engines(spec.pool, spec.scheduling)
         if spec.pool_history:
             pool_history(engines, info, spec.workload.seed)
-        backend = TwinBackend(engines, outcome)
-
         state = TwinLoadView(engines, spec.metrics_period_s)
+        backend = TwinBackend(engines, outcome, track=state.view.track)
         done = asyncio.Event()
 
         async def sample_queues() -> None:

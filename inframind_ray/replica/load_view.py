@@ -4,8 +4,11 @@ and the orchestrator (wall clock)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import asdict
+import bisect
+import itertools
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, replace
 
 from inframind_ray.core.clock import Clock
 from inframind_ray.core.constants import STALE_AFTER_S, UNAVAILABLE_AFTER_S
@@ -27,6 +30,17 @@ class LoadView:
     fresh again as soon as its live replicas are. A model none of whose replicas reports keeps
     its last snapshots (the age grows) and is unavailable once none is younger than
     ``unavailable_after_s`` (policies mask it). Snapshots of unknown models are ignored.
+
+    Calls the view's owner sent (``track``) and that no snapshot can show yet count on top of
+    the snapshots: the dispatcher's own accounting, as Serve's router counts the requests it
+    sent a replica before the replica reports them. Without it a burst routed within one
+    metrics period sees an idle pool and sends every call to the same model (the 10x overload's
+    late queries of docs/operations.md). A call counts from its dispatch until it ends or until
+    every fresh replica of its model has reported after the dispatch (then a snapshot shows it):
+    in a free slot (``running``) while the model's capacity has room and nothing waits, else
+    waiting with its deadline in the EDF slacks. With several replicas a call may count twice
+    for up to one period (the replicas that report before the one that got it): a predicted
+    finish errs late, not early.
     """
 
     def __init__(self, models: Iterable[str], *, clock: Clock,
@@ -41,6 +55,21 @@ class LoadView:
                               else evict_after_s)
         self._snaps: dict[str, dict[str, LoadSnapshot]] = {m: {} for m in self.models}
         self._received: dict[str, dict[str, float]] = {m: {} for m in self.models}
+        self._sent: dict[str, dict[int, tuple[float, float]]] = {m: {} for m in self.models}
+        self._ids = itertools.count()
+
+    @contextmanager
+    def track(self, model: str, deadline: float) -> Iterator[None]:
+        """Count a call sent to ``model`` (due at ``deadline``, on the view's clock) while the
+        block runs (see the class docstring)."""
+        sent, key = self._sent.get(model), next(self._ids)
+        if sent is not None:
+            sent[key] = (self.clock.now(), deadline)
+        try:
+            yield
+        finally:
+            if sent is not None:
+                sent.pop(key, None)
 
     def set_models(self, models: Iterable[str]) -> None:
         """The pool changed: keep the replicas of models that stay, start empty for new ones,
@@ -48,6 +77,7 @@ class LoadView:
         self.models = tuple(models)
         self._snaps = {m: self._snaps.get(m, {}) for m in self.models}
         self._received = {m: self._received.get(m, {}) for m in self.models}
+        self._sent = {m: self._sent.get(m, {}) for m in self.models}
 
     def push(self, snap: LoadSnapshot) -> None:
         """Record a replica's snapshot."""
@@ -78,8 +108,29 @@ class LoadView:
         newest = max(s.timestamp for s in snaps)
         stale = any(now - s.timestamp > self.stale_after_s for s in snaps)
         stamp = min(s.timestamp for s in snaps) if stale else newest
-        return LoadSnapshot.aggregate(model, snaps, stamp,
-                                      available=now - newest <= self.unavailable_after_s)
+        agg = LoadSnapshot.aggregate(model, snaps, stamp,
+                                     available=now - newest <= self.unavailable_after_s)
+        return self._with_unseen(agg, snaps, now)
+
+    def _with_unseen(self, agg: LoadSnapshot, snaps: list[LoadSnapshot],
+                     now: float) -> LoadSnapshot:
+        """``agg`` plus the tracked calls no snapshot shows yet: those sent after the oldest
+        fresh replica's snapshot (every replica's when none is fresh)."""
+        sent = self._sent[agg.model]
+        if not sent:
+            return agg
+        fresh = [s.timestamp for s in snaps if now - s.timestamp <= self.stale_after_s]
+        seen_at = min(fresh or [s.timestamp for s in snaps], default=-float("inf"))
+        due = sorted(d for t, d in sent.values() if t > seen_at)
+        if not due:
+            return agg
+        room = max(0, agg.capacity - agg.running) if agg.waiting == 0 else 0
+        run, wait = due[:room], due[room:]  # EDF: the earliest due take the free slots
+        slack = agg.waiting_slack_s
+        for d in wait:
+            slack = _insort(slack, d - agg.timestamp)
+        return replace(agg, running=agg.running + len(run), waiting=agg.waiting + len(wait),
+                       waiting_slack_s=slack)
 
     def system_state(self) -> SystemState:
         """Every model's load now."""
@@ -103,3 +154,9 @@ class LoadView:
                 "replica_ids": sorted(reps),
             }
         return out
+
+
+def _insort(xs: tuple[float, ...], x: float) -> tuple[float, ...]:
+    """``xs`` (ascending) with ``x`` in its place."""
+    i = bisect.bisect_right(xs, x)
+    return (*xs[:i], x, *xs[i:])

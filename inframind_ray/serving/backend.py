@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import ray
 from opentelemetry.trace import NoOpTracer
@@ -26,12 +27,16 @@ RETRY_BACKOFF_S = 0.05
 
 class ServeBackend:
     """Agent calls as ``generate`` requests to the model deployments. Queries run on ``clock``
-    (the wall clock): the call's deadline is an epoch instant and travels unchanged."""
+    (the wall clock): the call's deadline is an epoch instant and travels unchanged. ``track``
+    (the load view's ``LoadView.track``) counts each call in the view while it is out."""
 
     def __init__(self, handles: dict, on_call=None, tracer=None,  # noqa: ANN001
                  clock: Clock = WALL_CLOCK,
-                 on_retry: Callable[[str, bool], None] | None = None) -> None:
+                 on_retry: Callable[[str, bool], None] | None = None,
+                 track: Callable[[str, float], AbstractContextManager[None]] | None = None,
+                 ) -> None:
         self.handles = handles
+        self.track = track
         self.on_retry = on_retry  # (model, lost): a call re-sent, or given up (lost)
         self.on_call = on_call
         self.tracer = tracer or NoOpTracer()
@@ -63,7 +68,8 @@ class ServeBackend:
                 critical_path_s=call.program.critical_path_s,
                 trace_context=tuple(inject().items()),
             )
-            res = await self._send(call.model, req, span)
+            with (self.track(call.model, call.deadline) if self.track else nullcontext()):
+                res = await self._send(call.model, req, span)
             span.set_attribute("status", res.status.api)
             span.set_attribute("queue_wait_s", res.queue_wait_s)
             span.set_attribute("output_tokens", res.output_tokens)

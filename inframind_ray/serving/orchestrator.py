@@ -153,7 +153,7 @@ class Orchestrator:
                                                             deployment_name(m))
                              for m in self.pool_info.names}
         return ServeBackend(self._handles, self._record_call, self.tracing.tracer,
-                            on_retry=self._on_retry)
+                            on_retry=self._on_retry, track=self.loads.track)
 
     def _on_retry(self, model: str, lost: bool) -> None:
         self.counters["agent_calls_lost" if lost else "agent_call_retries"] += 1

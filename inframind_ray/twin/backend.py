@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from inframind_ray.core.request import EngineRequest
 from inframind_ray.core.types import prompt_tokens as prompt_tokens_of
@@ -13,11 +15,16 @@ from inframind_ray.twin.pool import ModelReplicas
 
 
 class TwinBackend:
-    """Routes each call to a replica of its model (the shared replica choice) in the twin."""
+    """Routes each call to a replica of its model (the shared replica choice) in the twin;
+    ``track`` (the load view's ``LoadView.track``, as served) counts each call in the view
+    while it is out."""
 
-    def __init__(self, replicas: dict[str, ModelReplicas], outcome: OutcomeModel) -> None:
+    def __init__(self, replicas: dict[str, ModelReplicas], outcome: OutcomeModel,
+                 track: Callable[[str, float], AbstractContextManager[None]] | None = None,
+                 ) -> None:
         self.replicas = replicas
         self.outcome = outcome
+        self.track = track
         self._ids = itertools.count()
 
     async def call(self, call: AgentCall) -> AgentResult:
@@ -33,7 +40,8 @@ class TwinBackend:
         prompt_tokens = prompt_tokens_of(q, call.strategy, sum(u.output_tokens for u in ups))
         req = EngineRequest(f"{q.query_id}/{call.node.id}/{next(self._ids)}", prompt_tokens, tokens,
                             deadline=call.deadline, program=call.program)
-        res = await self.replicas[call.model].pick(req.deadline).generate(req)
+        with (self.track(call.model, call.deadline) if self.track else nullcontext()):
+            res = await self.replicas[call.model].pick(req.deadline).generate(req)
         return AgentResult(
             node_id=call.node.id,
             role=call.node.role,
