@@ -30,6 +30,15 @@ from inframind_ray.core.request_queue import (
 )
 from inframind_ray.core.types import LoadSnapshot
 
+LATE_S = 1e-6
+"""A span's timer that runs later than this after its planned end was delayed by the process
+(wall clock); below it, the simulated loop's float rounding (``_on_span_end``)."""
+
+
+def _span_end(span: tuple[float, float, int]) -> float:
+    """When a span ``(start, dt, k)`` ends."""
+    return span[0] + span[1] * span[2]
+
 
 class TwinEngine:
     """A simulated engine replica. ``await generate(req)`` returns when the request ends."""
@@ -67,6 +76,7 @@ class TwinEngine:
         self._prefilling: set[int] = set()
         self._ewma = {"ttft": 0.0, "tpot": 0.0, "e2e": 0.0}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._last_arrival = -math.inf
         self.trace: list[tuple[float, str, str]] | None = None  # (time, event, request id)
 
     # ------------------------------------------------------------------ public API
@@ -75,7 +85,7 @@ class TwinEngine:
         loop = asyncio.get_running_loop()
         self._loop = loop
         now = loop.time()
-        req.arrival = now
+        req.arrival = self._last_arrival = now
         req.seq = next(self._counter)
         req.record("arrival", now)
         if req.prompt_tokens + req.output_tokens > self.kv_capacity or req.output_tokens < 1:
@@ -250,10 +260,24 @@ class TwinEngine:
             self._finish(req, t_end)
 
     def _on_span_end(self) -> None:
+        # The span ends at its planned instant, not when the callback runs. On the simulated
+        # clock they are one (lateness under LATE_S is its float rounding: the loop's time is
+        # kept, so the twin's results do not change); on the wall clock a busy process runs
+        # timers late, and starting the next span from the late instant would add every delay
+        # to the engine's pace. A late engine catches up: it runs the spans already over in one
+        # callback.
         now = self._loop.time()
-        _, _, k = self._span
-        self._advance(k, now)
-        self._schedule(now)
+        while True:
+            start, dt, k = self._span
+            end = start + k * dt
+            late = now - end > LATE_S
+            # never before an arrival it has seen (one admitted then would start before it came)
+            t_end = max(end, self._last_arrival) if late else now
+            self._advance(k, t_end)
+            self._schedule(t_end)
+            if not late or self._span is None or _span_end(self._span) > now:
+                return
+            self._timer.cancel()  # the next span is over too: run it here
 
     def _finish(self, req: EngineRequest, now: float) -> None:
         req.finished_at = now
