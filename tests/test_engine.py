@@ -235,8 +235,7 @@ def test_wall_clock_engine_keeps_its_profile_pace_on_a_busy_loop(catch_up, monke
     the engine: spans end at their planned instants and a late engine catches up, so 60
     one-iteration timers of 5 ms end near 0.3 s even while another callback blocks the loop
     for 8 ms at a time. Without the catch-up (``LATE_S`` infinite: every span starts when its
-    late timer runs) the same run takes over 1.5x as long: the measured 4-7x slow-down of the
-    served 70B on a loaded host."""
+    late timer runs) the same run takes over 1.5x as long."""
     import inframind_ray.twin.engine as engine_mod
 
     if not catch_up:
