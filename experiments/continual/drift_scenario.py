@@ -103,14 +103,17 @@ def paired(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
             "discordant": int((d != 0).sum())}
 
 
-def write_configs(out: Path, scenario: str, rate: float, seed: int):  # noqa: ANN201
+def write_configs(out: Path, scenario: str, rate: float, seed: int,  # noqa: ANN201
+                  explore_share: float = 0.0):
     """The drifted pool file and the learner's config (the shipped continual.yaml with the
-    gate on and the scenario's workload for the replay gate)."""
+    gate on and the scenario's workload for the replay gate); ``explore_share`` of the live
+    learned-policy queries explore (``serving.rollouts.explore_share``; the window does not)."""
     drift, tasks = SCENARIOS[scenario]
     base = load_pool(HERE / "pool.yaml")
     s = base.serving.model_copy(update={
         "registry_dir": str(out / "registry"), "records_dir": str(out / "records"),
-        "canary": base.serving.canary.model_copy(update={"share": CANARY_SHARE})})
+        "canary": base.serving.canary.model_copy(update={"share": CANARY_SHARE}),
+        "rollouts": base.serving.rollouts.model_copy(update={"explore_share": explore_share})})
     cfg = apply_to_config(base.model_copy(update={"serving": s}), drift)
     pool_file = out / "pool.yaml"
     pool_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
@@ -214,6 +217,9 @@ def main() -> None:
                     help="the most seconds of live traffic waiting for the first promotion")
     ap.add_argument("--window", type=int, default=400, help="queries per arm compared")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--explore-share", type=float, default=0.0,
+                    help="share of live learned-policy queries that explore (epsilon: the "
+                    "pool's serving.rollouts.explore_epsilon); off in the comparison window")
     ap.add_argument("--replot", action="store_true", help="only redraw --out's scenario.png")
     args = ap.parse_args()
     if args.replot:
@@ -222,7 +228,8 @@ def main() -> None:
     out = args.out or Path("runs/continual") / args.scenario
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    cfg, tasks, learner_file = write_configs(out, args.scenario, args.rate, args.seed)
+    cfg, tasks, learner_file = write_configs(out, args.scenario, args.rate, args.seed,
+                                             args.explore_share)
     info = build_pool_info(cfg)
     reg = PolicyRegistry(out / "registry")
     frozen = reg.seed(DEFAULT_CHECKPOINT, info)
@@ -230,7 +237,9 @@ def main() -> None:
     doc: dict = {"command": " ".join(["python", *sys.argv]), "scenario": args.scenario,
                  "drift": SCENARIOS[args.scenario][0].model_dump(), "tasks": tasks,
                  "time_scale": TIME_SCALE, "budget_range_s": scaled, "rate": args.rate,
-                 "canary_share": CANARY_SHARE, "frozen": frozen}
+                 "canary_share": CANARY_SHARE, "frozen": frozen,
+                 "explore_share": args.explore_share,
+                 "explore_epsilon": cfg.serving.rollouts.explore_epsilon}
     with open(SERVE_LOCK, "a") as lock:  # other runs bind these ports
         fcntl.flock(lock, fcntl.LOCK_EX)
         session = start(cfg)
@@ -274,8 +283,18 @@ def main() -> None:
                                sum(r.get("policy_version") == v for r in live)]
                            for v in sorted({r.get("policy_version") for r in live} - {None})},
                        live_not_200=sum(r["http_status"] != 200 for r in live))
+            import ray
+
+            doc["explored_queries"] = ray.get(session.orchestrator.state.remote())[
+                "counters"].get("explored_queries", 0)
             arms: dict[str, list[dict]] = {}
             if promoted:
+                if args.explore_share:  # the window compares greedy policies
+                    greedy = cfg.model_copy(update={"serving": cfg.serving.model_copy(update={
+                        "rollouts": cfg.serving.rollouts.model_copy(
+                            update={"explore_share": 0.0})})})
+                    ray.get([o.set_pool.remote(greedy.model_dump(mode="json"))
+                             for o in session.orchestrators])
                 wl = WorkloadSpec(args.rate, args.window, split="test", seed=args.seed + 1,
                                   budget_range_s=scaled, tasks=tasks)
                 for name, version in (("continual", promoted[0]), ("frozen", frozen)):
