@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
+
 from inframind_ray.config import load_pool
 from inframind_ray.core.request import RequestStatus
 from inframind_ray.core.topology import build_graph
@@ -28,10 +30,11 @@ def shipped_policy() -> tuple:
 
 
 def serve_queries(rec: RolloutRecorder, served: tuple, first: int, n: int,
-                  version: str = "v0001") -> list[str]:
+                  version: str = "v0001", explore_every: int = 0) -> list[str]:
     """``n`` MMLU-Pro queries decided by the learned policy through a RecordingPolicy (its real
-    observations, actions, log-probabilities), every call answered in 0.5 s; the
-    recorder's episodes are finished and flushed. Returns their rollout ids."""
+    observations, actions, log-probabilities), every call answered in 0.5 s; every
+    ``explore_every``-th query explores (epsilon 0.3, as ``serving.rollouts.explore_share``
+    does); the recorder's episodes are finished and flushed. Returns their rollout ids."""
     pool, policy = served
     fam = family("mmlu_pro")
     items = fam.split_ids("test")
@@ -40,7 +43,9 @@ def serve_queries(rec: RolloutRecorder, served: tuple, first: int, n: int,
         now = time.time()
         q = fam.query(int(items[i % len(items)]), f"q{i}", 30.0, now)
         ep = rec.start(q, version, (0, 0, 0))
-        rp = RecordingPolicy(policy, rec.sink(ep))
+        drawn = explore_every and i % explore_every == 0
+        rp = RecordingPolicy(policy, rec.sink(ep), explore=np.random.default_rng(i) if drawn
+                             else None, epsilon=0.3)
         state = SystemState(now, {m: LoadSnapshot(m, timestamp=now) for m in pool.names})
         plan = rp.plan(q, state)
         graph = build_graph(plan)

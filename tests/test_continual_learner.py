@@ -31,7 +31,8 @@ def ray_local():
 
 @pytest.mark.slow  # a local Ray and two RLlib algorithms: 45-90 s on the 2-core machine
 def test_learns_from_live_rollouts_and_resumes(ray_local, tmp_path):
-    """PPO iterations on recorded rollouts (half of them scored useless by client feedback):
+    """PPO iterations on recorded rollouts (half of them scored useless by client feedback, a
+    third drawn by exploration: each checked against its behaviour mix, none skipped):
     the candidate's parent and data window; trained weights; acknowledged rollouts; a restart
     takes up from the ledger's checkpoint and trains on new rollouts only; nothing promoted."""
     served = shipped_policy()
@@ -39,7 +40,7 @@ def test_learns_from_live_rollouts_and_resumes(ray_local, tmp_path):
     records, reg = tmp_path / "rec", PolicyRegistry(tmp_path / "reg")
     reg.seed(DEFAULT_CHECKPOINT, pool)
     rec = RolloutRecorder(records, RolloutConfig(flush_rows=10_000))
-    written = serve_queries(rec, served, 0, 30)
+    written = serve_queries(rec, served, 0, 30, explore_every=3)  # a third explore
     for i in range(0, 30, 2):  # clients say half the answers were useless
         rec.feedback(f"q{i}", 0.0)
     rec.flush()

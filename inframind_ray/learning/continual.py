@@ -47,7 +47,7 @@ from inframind_ray.learning.env_runner import DecisionEnvRunner
 from inframind_ray.learning.rollout_reader import Episode, Ledger, RolloutBatch, RolloutReader
 from inframind_ray.learning.train_config import LagrangianSettings, PPOSettings
 from inframind_ray.policy.features import plan_of
-from inframind_ray.policy.learned import LearnedPolicy
+from inframind_ray.policy.learned import LearnedPolicy, behaviour_probs
 from inframind_ray.policy.registry import DataWindow, PolicyRegistry, RegistryError
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,9 @@ class LiveRolloutEnvRunner(DecisionEnvRunner):
                    **{k: np.asarray(d[f"obs_{k}"], np.float32)
                       for k in ("glob", "rows", "row_mask", "mask")}}
             logits = policy._forward("executor" if step else "planner", obs)[0][0].numpy()
-            logp = float(logits[d["action"]] - np.logaddexp.reduce(logits))
+            eps = d.get("explore_epsilon")  # absent (older records) or null: greedy
+            logp = (float(logits[d["action"]] - np.logaddexp.reduce(logits)) if eps is None
+                    else float(np.log(behaviour_probs(logits, eps)[d["action"]])))
             if abs(logp - d["logp"]) > LOGP_TOLERANCE:
                 src.counts["logp_mismatch"] += 1
                 return None

@@ -148,6 +148,17 @@ def _t(o: dict, keys: tuple[str, ...]) -> list[torch.Tensor]:
     return [torch.from_numpy(o[k]).unsqueeze(0) for k in keys]
 
 
+def behaviour_probs(logits: torch.Tensor | np.ndarray, epsilon: float) -> np.ndarray:
+    """An exploring decision's behaviour policy over the actions of one row of ``logits``:
+    ``(1 - epsilon) x softmax + epsilon x uniform over the valid actions`` (masked actions
+    have logit ``NEG``); the served draw (``LearnedPolicy.act``) and the learner's check of a
+    recorded log-probability (``learning/continual.py``) both read it."""
+    x = torch.as_tensor(logits).double()
+    valid = (x > NEG / 2).double().numpy()
+    p = (1 - epsilon) * torch.softmax(x, -1).numpy() + epsilon * valid / valid.sum()
+    return p / p.sum()
+
+
 class LearnedPolicy(Policy):
     """The hierarchical policy behind the common interface (greedy at inference). The networks
     do not depend on the pool: only the FeatureBuilder does."""
@@ -194,11 +205,9 @@ class LearnedPolicy(Policy):
         if rng is None:
             action = int(logp.argmax())
             return action, float(logp[action]), float(value[0])
-        valid = (logits[0] > NEG / 2).double().numpy()
-        p = (1 - epsilon) * torch.softmax(logits[0].double(), -1).numpy() \
-            + epsilon * valid / valid.sum()
-        action = int(rng.choice(len(p), p=p / p.sum()))
-        return action, float(np.log(p[action] / p.sum())), float(value[0])
+        p = behaviour_probs(logits[0], epsilon)
+        action = int(rng.choice(len(p), p=p))
+        return action, float(np.log(p[action])), float(value[0])
 
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
         return plan_of(int(self._logits("planner", self.features.planner(query, state))

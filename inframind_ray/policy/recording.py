@@ -36,6 +36,7 @@ class Decision:
     state: SystemState  # the live load the policy read
     model: str | None = None  # a step's chosen model and strategy
     strategy: str | None = None
+    epsilon: float | None = None  # drawn from the behaviour mix with this epsilon; None: greedy
 
 
 class RecordingPolicy(Policy):
@@ -51,10 +52,16 @@ class RecordingPolicy(Policy):
         self.name = inner.name
         self.token_budget = inner.token_budget
 
+    @property
+    def _drawn(self) -> float | None:
+        """The epsilon of this query's drawn decisions; None when they are greedy."""
+        return None if self.explore is None else self.epsilon
+
     def _plan(self, query: QueryInfo, state: SystemState) -> Plan:
         obs = self.inner.features.planner(query, state)
         action, logp, value = self.inner.act("planner", obs, self.explore, self.epsilon)
-        self.sink(Decision("plan", None, obs, action, logp, value, state))
+        self.sink(Decision("plan", None, obs, action, logp, value, state,
+                           epsilon=self._drawn))
         return plan_of(action)
 
     def _decide(self, ctx: StepContext) -> StepDecision:
@@ -62,5 +69,5 @@ class RecordingPolicy(Policy):
         action, logp, value = self.inner.act("executor", obs, self.explore, self.epsilon)
         model, strategy = self.inner.features.decision(action)
         self.sink(Decision("step", ctx.node.id, obs, action, logp, value, ctx.state, model,
-                           strategy.value))
+                           strategy.value, self._drawn))
         return StepDecision(model, strategy)

@@ -57,6 +57,7 @@ DECISIONS = pa.schema([
     ("obs_ctx", _OBS), ("obs_glob", _OBS), ("obs_rows", _OBS), ("obs_row_mask", _OBS),
     ("obs_mask", _OBS),
     ("action", pa.int32()), ("logp", pa.float32()), ("value", pa.float32()),
+    ("explore_epsilon", pa.float32()),  # null: greedy; else drawn from the behaviour mix
     ("model", pa.string()), ("strategy", pa.string()),
     ("load_replicas", pa.int32()), ("load_waiting", pa.int32()), ("load_running", pa.int32()),
     ("load_kv_usage", _F), ("load_ttft_s", _F), ("load_e2e_s", _F), ("load_age_s", _F),
@@ -158,6 +159,7 @@ class RolloutRecorder:
                    "obs_glob": d.obs["glob"], "obs_rows": d.obs["rows"],
                    "obs_row_mask": d.obs["row_mask"], "obs_mask": d.obs["mask"],
                    "action": d.action, "logp": d.logp, "value": d.value,
+                   "explore_epsilon": d.epsilon,
                    "model": d.model, "strategy": d.strategy}
             ld = d.state.models.get(d.model) if d.model else None
             if ld is not None:
