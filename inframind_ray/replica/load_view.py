@@ -34,8 +34,9 @@ class LoadView:
     Calls the view's owner sent (``track``) and that no snapshot can show yet count on top of
     the snapshots: the dispatcher's own accounting, as Serve's router counts the requests it
     sent a replica before the replica reports them. Without it a burst routed within one
-    metrics period sees an idle pool and sends every call to the same model. A call counts from its dispatch until it ends or until
-    every fresh replica of its model has reported after the dispatch (then a snapshot shows it):
+    metrics period sees an idle pool and sends every call to the same model. A call counts
+    from its dispatch until it ends or until every fresh replica of its model has reported
+    after the dispatch (then a snapshot shows it):
     in a free slot (``running``) while the model's capacity has room and nothing waits, else
     waiting with its deadline in the EDF slacks. With several replicas a call may count twice
     for up to one period (the replicas that report before the one that got it): a predicted
