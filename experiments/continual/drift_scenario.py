@@ -28,6 +28,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import ray
 import yaml
 from live import SERVE_LOCK, post_query
 
@@ -138,8 +139,6 @@ def set_active(reg: PolicyRegistry, version: str, info) -> None:  # noqa: ANN001
 
 
 def wait_serving(orch, version: str, timeout_s: float = 30) -> None:  # noqa: ANN001
-    import ray
-
     t = time.monotonic()
     while ray.get(orch.state.remote()).get("policy_version") != version:
         if time.monotonic() - t > timeout_s:
@@ -283,8 +282,6 @@ def main() -> None:
                                sum(r.get("policy_version") == v for r in live)]
                            for v in sorted({r.get("policy_version") for r in live} - {None})},
                        live_not_200=sum(r["http_status"] != 200 for r in live))
-            import ray
-
             doc["explored_queries"] = ray.get(session.orchestrator.state.remote())[
                 "counters"].get("explored_queries", 0)
             arms: dict[str, list[dict]] = {}

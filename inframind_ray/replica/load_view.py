@@ -4,10 +4,9 @@ and the orchestrator (wall clock)."""
 
 from __future__ import annotations
 
-import bisect
 import itertools
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, replace
 
 from inframind_ray.core.clock import Clock
@@ -16,6 +15,14 @@ from inframind_ray.core.types import LoadSnapshot, SystemState
 
 EVICT_AFTER_STALE = 2.0
 """A replica silent for longer than this many ``stale_after_s`` is gone (see ``LoadView``)."""
+
+Track = Callable[[str, float], AbstractContextManager[None]]
+"""``LoadView.track``'s shape: counts a call to a model, due at a deadline, while it is out."""
+
+
+def untracked(model: str, deadline: float) -> AbstractContextManager[None]:
+    """A ``Track`` that counts nothing (a backend without a load view)."""
+    return nullcontext()
 
 
 class LoadView:
@@ -126,9 +133,7 @@ class LoadView:
             return agg
         room = max(0, agg.capacity - agg.running) if agg.waiting == 0 else 0
         run, wait = due[:room], due[room:]  # EDF: the earliest due take the free slots
-        slack = agg.waiting_slack_s
-        for d in wait:
-            slack = _insort(slack, d - agg.timestamp)
+        slack = tuple(sorted((*agg.waiting_slack_s, *(d - agg.timestamp for d in wait))))
         return replace(agg, running=agg.running + len(run), waiting=agg.waiting + len(wait),
                        waiting_slack_s=slack)
 
@@ -155,8 +160,3 @@ class LoadView:
             }
         return out
 
-
-def _insort(xs: tuple[float, ...], x: float) -> tuple[float, ...]:
-    """``xs`` (ascending) with ``x`` in its place."""
-    i = bisect.bisect_right(xs, x)
-    return (*xs[:i], x, *xs[i:])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 
 import ray
 from opentelemetry.trace import NoOpTracer
@@ -14,6 +13,7 @@ from inframind_ray.core.clock import WALL_CLOCK, Clock
 from inframind_ray.core.request import RequestStatus
 from inframind_ray.core.types import prompt_tokens
 from inframind_ray.orchestration.runner import AgentCall, AgentResult
+from inframind_ray.replica.load_view import Track, untracked
 from inframind_ray.serving.engines.base import GenerateRequest, GenerateResult
 from inframind_ray.serving.tracing import inject
 
@@ -33,7 +33,7 @@ class ServeBackend:
     def __init__(self, handles: dict, on_call=None, tracer=None,  # noqa: ANN001
                  clock: Clock = WALL_CLOCK,
                  on_retry: Callable[[str, bool], None] | None = None,
-                 track: Callable[[str, float], AbstractContextManager[None]] | None = None,
+                 track: Track = untracked,
                  ) -> None:
         self.handles = handles
         self.track = track
@@ -68,7 +68,7 @@ class ServeBackend:
                 critical_path_s=call.program.critical_path_s,
                 trace_context=tuple(inject().items()),
             )
-            with (self.track(call.model, call.deadline) if self.track else nullcontext()):
+            with self.track(call.model, call.deadline):
                 res = await self._send(call.model, req, span)
             span.set_attribute("status", res.status.api)
             span.set_attribute("queue_wait_s", res.queue_wait_s)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 
 from inframind_ray.core.request import EngineRequest
 from inframind_ray.core.types import prompt_tokens as prompt_tokens_of
 from inframind_ray.orchestration.runner import AgentCall, AgentResult
+from inframind_ray.replica.load_view import Track, untracked
 from inframind_ray.twin.outcome import OutcomeModel
 from inframind_ray.twin.pool import ModelReplicas
 
@@ -20,7 +19,7 @@ class TwinBackend:
     while it is out."""
 
     def __init__(self, replicas: dict[str, ModelReplicas], outcome: OutcomeModel,
-                 track: Callable[[str, float], AbstractContextManager[None]] | None = None,
+                 track: Track = untracked,
                  ) -> None:
         self.replicas = replicas
         self.outcome = outcome
@@ -40,7 +39,7 @@ class TwinBackend:
         prompt_tokens = prompt_tokens_of(q, call.strategy, sum(u.output_tokens for u in ups))
         req = EngineRequest(f"{q.query_id}/{call.node.id}/{next(self._ids)}", prompt_tokens, tokens,
                             deadline=call.deadline, program=call.program)
-        with (self.track(call.model, call.deadline) if self.track else nullcontext()):
+        with self.track(call.model, call.deadline):
             res = await self.replicas[call.model].pick(req.deadline).generate(req)
         return AgentResult(
             node_id=call.node.id,

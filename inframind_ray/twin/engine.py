@@ -268,8 +268,7 @@ class TwinEngine:
         # callback.
         now = self._loop.time()
         while True:
-            start, dt, k = self._span
-            end = start + k * dt
+            k, end = self._span[2], _span_end(self._span)
             late = now - end > LATE_S
             # never before an arrival it has seen (one admitted then would start before it came)
             t_end = max(end, self._last_arrival) if late else now
