@@ -66,6 +66,9 @@ def pool_cfg(args: argparse.Namespace, replicas: dict[str, int] | None = None) -
         extra["request_start_header"] = True
     if args.adaptive:
         extra["adaptive_inflight"] = AdaptiveInflightConfig()
+    if args.degrade:
+        cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={
+            "on_deadline": "degrade"})})
     return cfg.model_copy(update={"models": models, "serving": cfg.serving.model_copy(update={
         "port": args.port, "records_dir": rec, "embed": False,
         "metrics_export_port": None, **extra})})
@@ -122,7 +125,8 @@ class Load:
                        "error": data.get("error") if r.status != 200 else None}
                 if r.status == 200:
                     rec.update(within_budget=bool(data["within_budget"]),
-                               correct=bool(data["correct"]), latency_s=data["latency_s"])
+                               correct=bool(data["correct"]), latency_s=data["latency_s"],
+                               degraded=any(st.get("degraded_from") for st in data["steps"]))
         except (aiohttp.ClientError, TimeoutError) as e:
             rec["error"] = f"lost: {type(e).__name__}: {e}"
         finally:
@@ -170,6 +174,9 @@ class Load:
                                                        for x in ok) / max(1, len(ok)), 4),
             "goodput": round(sum(x["within_budget"] and x["correct"] for x in ok)
                              / max(1, len(r)), 4),
+            "admitted_accuracy": round(sum(x["correct"] for x in ok) / max(1, len(ok)), 4),
+            "degraded": sum(x.get("degraded", False) for x in ok),
+            "degraded_correct": sum(x.get("degraded", False) and x["correct"] for x in ok),
             "refused": len(refused),
             "refused_with_retry_after": sum(bool(x["retry_after"]) for x in refused),
             "refusal_p50_ms": round(1e3 * float(np.percentile(lat, 50)), 1) if lat else None,
@@ -311,10 +318,12 @@ def overload(args: argparse.Namespace) -> dict:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.with_suffix(".records.json").write_text(json.dumps(
                 [{k: x.get(k) for k in ("sent_s", "status", "client_s", "budget_s",
-                                         "within_budget")} for x in load.records]))
+                                         "within_budget", "correct", "degraded")}
+                 for x in load.records]))
         return {"measurement": "overload", "policy": args.load_policy or "default",
                 "max_inflight_queries": cfg.serving.max_inflight_queries,
                 "request_start_header": cfg.serving.request_start_header,
+                "on_deadline": cfg.engine.on_deadline,
                 "adaptive_inflight": (None if cfg.serving.adaptive_inflight is None
                                       else cfg.serving.adaptive_inflight.model_dump()),
                 "rate_per_min": rate, "factor": args.factor,
@@ -624,6 +633,9 @@ def main() -> None:
     ap.add_argument("--request-start", action="store_true",
                     help="serving.request_start_header: budgets count from the client's send "
                          "(X-Request-Start), the proxy's queue included")
+    ap.add_argument("--degrade", action="store_true",
+                    help="engine.on_deadline degrade: a call too late for its budget is given "
+                         "up for the fastest answer at its reserve point")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     fn = {"overload": overload, "kill-replicas": kill_replicas,

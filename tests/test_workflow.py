@@ -163,3 +163,98 @@ def test_sample_index_counts_earlier_agents_of_the_same_model():
     assert [by_node[n] for n in range(3, 6)] == [(0, "fast", 0), (1, "slow", 0), (2, "fast", 1)]
     assert by_node[6] == (3, "slow", 1)  # the aggregator is the second 'slow' agent
     assert earlier[0] == () and sorted(earlier[-1]) == ["fast"] * 4 + ["slow"] * 2
+
+
+# ---------------------------------------------------------------- on_deadline: degrade
+DEGRADE_POOL = PoolInfo((
+    ModelInfo("quick", IterationProfile(0.01, 0, 0, 0), 16, 1, 10_000,
+              {s: 10 for s in Strategy}, {s: 10 for s in Strategy}, {}, 0.4),
+    ModelInfo("strong", IterationProfile(0.1, 0, 0, 0), 16, 1, 10_000,
+              {s: 10 for s in Strategy}, {s: 10 for s in Strategy}, {}, 0.8),
+))
+
+
+class StrongPolicy(Policy):
+    """One agent, always on 'strong' with DeepThink."""
+
+    name = "strong-only"
+
+    def __init__(self):
+        super().__init__(DEGRADE_POOL)
+
+    def _plan(self, query, state):
+        return Plan.make(Topology.IO)
+
+    def _decide(self, ctx):
+        return StepDecision("strong", Strategy.DEEPTHINK)
+
+
+class TailBackend:
+    """'strong' takes ``strong_s`` (an item of the output-length tail) or refuses at once as too
+    late; 'quick' takes 0.2 s. Records what was sent and what was cancelled."""
+
+    def __init__(self, strong_s: float = 30.0, refuse: bool = False):
+        self.strong_s, self.refuse = strong_s, refuse
+        self.sent: list[tuple[str, Strategy, float]] = []
+        self.cancelled: list[str] = []
+
+    async def call(self, call: AgentCall) -> AgentResult:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        self.sent.append((call.model, call.strategy, call.deadline))
+        if call.model == "strong" and self.refuse:
+            return AgentResult(call.node.id, call.node.role, call.node.kind.value, call.model,
+                               call.strategy, RequestStatus.DEADLINE, None, start, start)
+        try:
+            await asyncio.sleep(self.strong_s if call.model == "strong" else 0.2)
+        except asyncio.CancelledError:
+            self.cancelled.append(call.model)
+            raise
+        return AgentResult(call.node.id, call.node.role, call.node.kind.value, call.model,
+                           call.strategy, RequestStatus.FINISHED, format_answer("B"), start,
+                           loop.time())
+
+
+def _degrade_state():
+    loop = asyncio.get_running_loop()
+    loads = {m: LoadSnapshot(m, 1, 0, 0, 0.0, 0, 0, 0, loop.time()) for m in DEGRADE_POOL.names}
+    return SystemState(loop.time(), loads)
+
+
+def test_degrade_gives_a_late_call_up_for_the_fastest_answer():
+    """A call still running at its reserve point is aborted and the node answered by the
+    fastest (model, strategy) within the budget; without degrade the same query misses it."""
+    from inframind_ray.orchestration.runner import Degrade
+
+    q = QueryInfo("q", "question", budget_s=10.0, arrival_s=0.0)
+    be = TailBackend()
+    res, _ = run_simulated(run_query(q, StrongPolicy(), be, _degrade_state,
+                                     degrade=Degrade(2.0, 1.0)))
+    # quick's Flash answer: 10 iterations of 0.01 s -> a reserve of 2 x 0.1 + 1 = 1.2 s
+    assert [(m, s) for m, s, _ in be.sent] == [("strong", Strategy.DEEPTHINK),
+                                               ("quick", Strategy.FLASH)]
+    assert be.cancelled == ["strong"]  # the engine request of the given-up call was aborted
+    assert res.within_budget and res.degraded and res.answer == "B"
+    assert res.steps[-1].degraded_from == "strong" and res.steps[-1].model == "quick"
+    assert res.latency == pytest.approx(10.0 - 1.2 + 0.2)
+    assert be.sent[1][2] == q.deadline  # the fallback is due at the query's deadline
+    base, _ = run_simulated(run_query(q, StrongPolicy(), TailBackend(), _degrade_state))
+    assert base.status is RequestStatus.DEADLINE and not base.within_budget
+    assert not base.degraded
+
+
+def test_degrade_answers_a_refused_call_and_leaves_a_timely_one_alone():
+    """A call the replica refuses as too late is sent again as the fastest answer at once; a
+    call that ends before its reserve point is not touched."""
+    from inframind_ray.orchestration.runner import Degrade
+
+    q = QueryInfo("q", "question", budget_s=10.0, arrival_s=0.0)
+    be = TailBackend(refuse=True)
+    res, _ = run_simulated(run_query(q, StrongPolicy(), be, _degrade_state, degrade=Degrade()))
+    assert [m for m, _, _ in be.sent] == ["strong", "quick"]
+    assert res.within_budget and res.latency == pytest.approx(0.2)
+    assert res.steps[-1].degraded_from == "strong"
+    be = TailBackend(strong_s=8.0)  # ends before 10 - 1.2 = 8.8 s
+    res, _ = run_simulated(run_query(q, StrongPolicy(), be, _degrade_state, degrade=Degrade()))
+    assert [m for m, _, _ in be.sent] == ["strong"] and not res.degraded
+    assert res.within_budget and res.latency == pytest.approx(8.0)

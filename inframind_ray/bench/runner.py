@@ -14,7 +14,7 @@ import numpy as np
 from inframind_ray.config import PoolConfig
 from inframind_ray.core.topology import build_graph
 from inframind_ray.core.types import QueryInfo
-from inframind_ray.orchestration.runner import AgentResult, QueryResult, run_query
+from inframind_ray.orchestration.runner import AgentResult, QueryResult, degrade_of, run_query
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.tasks.workload import WorkloadSpec, make_queries
@@ -83,7 +83,7 @@ def run_cell(spec: CellSpec) -> CellResult:
                                                             q.query_id),
         checkpoint=spec.checkpoint,
     )
-    abort = spec.pool.engine.on_deadline == "abort"
+    abort = spec.pool.engine.on_deadline != "continue"
     controller = None
     if spec.controller == "on":
         from inframind_ray.orchestration.controller import ExecutionController
@@ -122,7 +122,8 @@ def run_cell(spec: CellSpec) -> CellResult:
             arrived.append(q)
             tasks.append(loop.create_task(
                 run_query(q, policy, backend, state, abort_on_deadline=abort,
-                          deadlines=spec.deadlines, controller=controller)))
+                          deadlines=spec.deadlines, controller=controller,
+                          degrade=degrade_of(spec.pool.engine))))
         await asyncio.wait(tasks, timeout=max(0.0, horizon - loop.time()))
         out: list[QueryResult | QueryInfo] = []
         for q, t in zip(arrived, tasks, strict=True):
@@ -163,7 +164,7 @@ def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeMode
                                "status": "timed_out", "answer": None, "correct": False,
                                "within_budget": False, "topology": None, "k": 0, "n_calls": 0,
                                "critical_path": 0, "n_nodes": 0, "stopped_early": False,
-                               "n_cancelled": 0, "n_cancelled_calls": 0})
+                               "n_cancelled": 0, "n_cancelled_calls": 0, "degraded": False})
         return
     q = o.query
     correct = outcome.is_correct(q.item_id, o.answer, q.task)
@@ -177,6 +178,7 @@ def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeMode
         "n_calls": len(o.steps), "critical_path": graph.critical_path_len,
         "n_nodes": len(graph.nodes), "stopped_early": o.stopped_early,
         "n_cancelled": len(o.cancelled), "n_cancelled_calls": len(o.cancelled_calls),
+        "degraded": o.degraded,
     })
     for s in o.steps:
         result.calls.append({
@@ -186,7 +188,7 @@ def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeMode
             "ttft_s": None if s.first_token is None else s.first_token - s.start,
             "latency_s": s.end - s.start, "prompt_tokens": s.prompt_tokens,
             "output_tokens": s.output_tokens, "preemptions": s.num_preemptions,
-            "deadline_s": q.deadline, **_dispatch_load(s),
+            "deadline_s": q.deadline, "degraded_from": s.degraded_from, **_dispatch_load(s),
         })
 
 
@@ -282,6 +284,8 @@ def summarize(r: CellResult) -> dict:
         "call_status_mix": _mix([c["status"] for c in calls]),
         "topology_mix": _mix([q["topology"] for q in qs]),
         "calls_per_query": round(len(calls) / n, 3),
+        # on_deadline degrade: queries with a call given up for the fastest answer
+        "degraded_share": round(sum(q["degraded"] for q in qs) / n, 4),
         "timed_out": sum(q["status"] == "timed_out" for q in qs),
         "queue_depth_mean": queue,
         "queue_depth_max": queue_max,

@@ -77,6 +77,10 @@ def bench(
     controller_checkpoint: Annotated[Path | None, typer.Option(
         help="controller checkpoint for --controller on (default: the shipped one, "
              "`inframind controller fit`)")] = None,
+    on_deadline: Annotated[str, typer.Option(
+        help="what an agent call does at its query's deadline: abort, continue, or degrade "
+             "(given up when only a reserve for the fastest answer is left, and that answer "
+             "sent instead); pool: the pool's engine.on_deadline")] = "pool",
     deadlines: Annotated[bool, typer.Option(
         help="agent calls carry their query's deadline (queues shed, calls abort); "
              "--no-deadlines: a budget-free, latency-only workload (policies still read the "
@@ -158,6 +162,15 @@ def bench(
             raise ConfigError("queries", f"{queries} exceeds the {have} items of split "
                               f"{split!r} (--duration cells repeat items instead)")
     cfg = load_pool(pool)
+    if on_deadline != "pool":
+        from inframind_ray.config.engine import EngineConfig
+
+        try:
+            cfg = cfg.model_copy(update={"engine": EngineConfig.model_validate(
+                {**cfg.engine.model_dump(), "on_deadline": on_deadline})})
+        except ValueError:
+            raise ConfigError("on-deadline", f"unknown {on_deadline!r}; expected abort, "
+                              "continue, degrade or pool") from None
     _check_records(cfg, shares)
     if "inframind" in pols:  # fail here, in one line, not inside a worker
         from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy

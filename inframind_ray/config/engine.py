@@ -14,9 +14,17 @@ class EngineConfig(BaseModel):
     scheduling: Literal["edf", "fcfs", "plas", "atlas"] = Field(
         "edf", description="waiting-queue order: earliest deadline, arrival, or Autellix's "
         "program-level attained service (plas) / along the critical path (atlas)")
-    on_deadline: Literal["abort", "continue"] = Field(
-        "abort", description="abort an agent call when its query's deadline passes, or let it run"
-    )
+    on_deadline: Literal["abort", "continue", "degrade"] = Field(
+        "abort", description="abort an agent call when its query's deadline passes, or let it "
+        "run; degrade: abort it earlier, when only a reserve for the fastest answer is left, "
+        "and send that answer instead (a late query becomes a quick, maybe wrong, one within "
+        "its budget; docs/operations.md)")
+    degrade_reserve: float = Field(
+        2.0, ge=1, le=100, description="with on_deadline degrade: the reserve is this multiple "
+        "of the fastest answer's predicted seconds (the price list at the live load) ...")
+    degrade_reserve_s: float = Field(
+        1.0, ge=0, le=600, description="... plus these seconds (the control plane's own delay "
+        "in sending it)")
     max_batched_tokens: int = Field(8192, gt=0, description="prefill token budget per iteration")
     admission_margin: float | None = Field(
         0.5, ge=0, le=100, description="a replica refuses at once (status deadline) a request "

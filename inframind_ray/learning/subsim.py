@@ -162,7 +162,7 @@ class SubSim:
         pool, ep = self.pool, self.episode
         engines, state = start_pool(pool.config, pool.info, ep)
         backend = TwinBackend(engines, pool.outcome)
-        abort = pool.config.engine.on_deadline == "abort"
+        abort = pool.config.engine.on_deadline != "continue"
 
         async def one(q: QueryInfo) -> None:
             res = await run_query(q, self._bridge, backend, state, abort_on_deadline=abort,

@@ -149,7 +149,7 @@ def collect(envs: list, teacher_name: str, episodes: int, seed: int, lam: float,
 
 def _simulate(env, ep: Episode, policy: Policy) -> list:
     queries = make_queries(ep.workload)
-    abort = env.pool.engine.on_deadline == "abort"
+    abort = env.pool.engine.on_deadline != "continue"
 
     async def main() -> list:
         loop = asyncio.get_running_loop()

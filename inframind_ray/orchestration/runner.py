@@ -10,6 +10,12 @@ asks it after every finished node of a multi-agent plan whether to stop; on stop
 pending node tasks (a backend aborts a cancelled call's engine request) and answers with the vote
 over the finished answers. Without one, every node runs to its end.
 
+With ``degrade`` (a pool's ``engine.on_deadline: degrade``) a call that has not ended when only
+a reserve for the fastest answer is left of the budget (or that a replica refused as too late,
+or overloaded) is given up (aborted) and the node is sent again as that fastest answer
+(``policy.latency.fastest_call``): a late query becomes a quick one, right or wrong, within its
+budget. The result names the model given up (``AgentResult.degraded_from``).
+
 A policy may also offer ``plan_async`` / ``decide_async`` (the RL env's bridge): the workflow then
 awaits each decision instead of calling it, so a driver outside the loop can supply it.
 """
@@ -22,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from inframind_ray.config.engine import EngineConfig
 from inframind_ray.core.clock import LOOP_CLOCK, Clock
 from inframind_ray.core.request import ProgramService, RequestStatus
 from inframind_ray.core.strategy import Strategy
@@ -34,6 +41,7 @@ from inframind_ray.orchestration.controller import (
     make_input,
 )
 from inframind_ray.policy.base import Policy
+from inframind_ray.policy.latency import fastest_call
 from inframind_ray.tasks.prompts import build_prompt
 from inframind_ray.tasks.registry import extract
 
@@ -74,11 +82,36 @@ class AgentResult:
     load: LoadSnapshot | None = None  # the chosen model's live metrics when the executor decided
     task: str = "mmlu_pro"  # the query's task family: how the answer is read from the text
     service_s: float = 0.0  # seconds in the engine (admission there to the end); 0 if refused
+    degraded_from: str | None = None  # the model of the call given up for this fallback
 
     @property
     def answer(self) -> str | None:
         """The answer the text gives (the family's extraction: a letter, number, program)."""
         return extract(self.task, self.text) if self.status.ok else None
+
+
+@dataclass(frozen=True)
+class Degrade:
+    """``on_deadline: degrade``: the reserve kept for the fallback answer is ``factor`` times its
+    predicted seconds plus ``floor_s`` (the control plane's own delay in sending it)."""
+
+    factor: float = 2.0
+    floor_s: float = 1.0
+
+    def reserve_s(self, predicted_s: float) -> float:
+        """Seconds before the deadline at which a call still running is given up."""
+        return self.factor * predicted_s + self.floor_s
+
+
+# a call that ended so, before its reserve point, is sent again as the fallback
+_DEGRADABLE = frozenset({RequestStatus.DEADLINE, RequestStatus.OVERLOADED})
+
+
+def degrade_of(engine: EngineConfig) -> Degrade | None:
+    """The pool's degrade rule (``engine.on_deadline: degrade``), or None."""
+    if engine.on_deadline != "degrade":
+        return None
+    return Degrade(engine.degrade_reserve, engine.degrade_reserve_s)
 
 
 class AgentBackend(Protocol):
@@ -123,6 +156,11 @@ class QueryResult:
         return self.end - self.query.arrival_s
 
     @property
+    def degraded(self) -> bool:
+        """Some agent call was given up for the fastest answer (``on_deadline: degrade``)."""
+        return any(s.degraded_from for s in self.steps)
+
+    @property
     def within_budget(self) -> bool:
         """The final response was delivered by the deadline (SLO met, right or wrong)."""
         return self.status.ok and self.end <= self.query.deadline + 1e-9
@@ -138,6 +176,7 @@ async def run_query(
     clock: Clock = LOOP_CLOCK,
     deadlines: bool = True,
     controller: ExecutionController | None = None,
+    degrade: Degrade | None = None,
 ) -> QueryResult:
     """Plan, run the DAG with parallel independent nodes, return the final answer and the trace.
     Without ``deadlines`` (a budget-free, latency-only workload) the calls carry no deadline (no
@@ -148,7 +187,10 @@ async def run_query(
 
     ``controller``: asked after each finished node of a multi-agent plan (see the module
     docstring); the result records whether it stopped early, what it cancelled and where the
-    answer came from."""
+    answer came from.
+
+    ``degrade``: give up a call too late for its budget for the fastest answer (module
+    docstring); only where calls abort on their deadline."""
     loop = asyncio.get_running_loop()
     plan_async = getattr(policy, "plan_async", None)  # a policy that awaits its decisions
     decide_async = getattr(policy, "decide_async", None)
@@ -200,8 +242,20 @@ async def run_query(
         )
         remaining = query.deadline - now
         abort = abort_on_deadline and deadlines
+        soft = remaining
+        if abort and degrade is not None:
+            soft = remaining - degrade.reserve_s(fastest_call(policy.pool, ctx)[1])
         if abort and remaining <= 0:
             res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now, now)
+        elif soft > 0 and soft < remaining:  # degrade: give the call up at its reserve point
+            dispatched.add(node.id)
+            try:
+                res = await asyncio.wait_for(backend.call(call), soft)
+            except TimeoutError:
+                res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now,
+                              clock.now())
+            if res.status in _DEGRADABLE:
+                res = await fallback(call, ctx, res)
         else:
             dispatched.add(node.id)
             try:
@@ -212,7 +266,32 @@ async def run_query(
                               clock.now())
         attained[0] += res.service_s
         path[node.id] = path_in + res.service_s
-        return replace(res, load=ctx.state.models.get(d.model), task=query.task)
+        return replace(res, load=ctx.state.models.get(res.model), task=query.task)
+
+    async def fallback(call: AgentCall, ctx: StepContext, given_up: AgentResult) -> AgentResult:
+        """Send ``call``'s node again as the fastest answer at the live load, due at the
+        query's deadline; ``given_up`` is the call it replaces."""
+        now = clock.now()
+        ctx = replace(ctx, now=now, state=state_fn())
+        fb = fastest_call(policy.pool, ctx)[0]
+        slots = slots_of.setdefault(fb.model, [])
+        if call.node.slot not in slots:
+            slots.append(call.node.slot)
+        texts = [u.text for u in call.upstream if u.status.ok and u.text]
+        fcall = replace(
+            call, model=fb.model, strategy=fb.strategy,
+            prompt=build_prompt(query.text, call.node.role, call.node.kind.value, fb.strategy,
+                                texts, query.task),
+            max_tokens=policy.pool[fb.model].cap(fb.strategy, query.task),
+            sample=slots.index(call.node.slot))
+        left = query.deadline - now
+        try:
+            res = (await asyncio.wait_for(backend.call(fcall), left) if left > 0 else
+                   _failed(call.node, fb.model, fb.strategy, RequestStatus.DEADLINE, now, now))
+        except TimeoutError:
+            res = _failed(call.node, fb.model, fb.strategy, RequestStatus.DEADLINE, now,
+                          clock.now())
+        return replace(res, degraded_from=given_up.model)
 
     for node in graph.nodes:  # topological order: deps already have tasks
         tasks[node.id] = loop.create_task(run_node(node))

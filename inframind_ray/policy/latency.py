@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from inframind_ray.core.finish import concurrency, queue_per_slot
-from inframind_ray.core.types import LoadSnapshot, ModelInfo
+from inframind_ray.core.types import LoadSnapshot, ModelInfo, PoolInfo, StepContext, StepDecision
 
 
 def slots(info: ModelInfo, load: LoadSnapshot) -> int:
@@ -81,3 +81,21 @@ def predict_latency(
     list: ``latency_terms`` summed)."""
     service, wait = latency_terms(info, load, prompt_tokens, out_tokens, occupancy, kv)
     return service + wait
+
+
+def fastest_call(pool: PoolInfo, ctx: StepContext) -> tuple[StepDecision, float]:
+    """The (model, strategy) this node's call is predicted to finish soonest with, and those
+    seconds: the fallback of a call that runs too late (``on_deadline: degrade``). Among the
+    available models (all when none is) and the node's allowed strategies, by the price list at
+    the live load (slot-time occupancy, KV-bound queue: the replica layer's view)."""
+    up = [m for m in pool.models if ctx.state.models[m.name].available] or list(pool.models)
+    best, best_t = None, math.inf
+    for m in up:
+        load = ctx.state.models[m.name]
+        for s in ctx.allowed:
+            t = predict_latency(m, load, ctx.prompt_tokens(s),
+                                m.call_tokens(s, task=ctx.query.task), "service", kv=True)
+            if t < best_t:
+                best, best_t = StepDecision(m.name, s), t
+    assert best is not None  # a pool has a model, a node an allowed strategy
+    return best, best_t

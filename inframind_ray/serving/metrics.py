@@ -64,6 +64,10 @@ class OrchestratorMetrics:
         self.retries = Counter("inframind_agent_call_retries_total",
                                "agent calls sent again after their replica died",
                                tag_keys=("model",))
+        self.degraded = Counter("inframind_agent_calls_degraded_total",
+                                "agent calls given up at their reserve point for the fastest "
+                                "answer (on_deadline: degrade), by the model given up",
+                                tag_keys=("model",))
 
     def set_policy(self, name: str, status: str) -> None:
         """The default policy now serving (status ``ok`` or the fallback's reason)."""

@@ -18,7 +18,13 @@ from inframind_ray.core.topology import build_graph
 from inframind_ray.core.types import LoadSnapshot, QueryInfo
 from inframind_ray.errors import InframindError
 from inframind_ray.orchestration.controller import ExecutionController
-from inframind_ray.orchestration.runner import AgentCall, AgentResult, QueryResult, run_query
+from inframind_ray.orchestration.runner import (
+    AgentCall,
+    AgentResult,
+    QueryResult,
+    degrade_of,
+    run_query,
+)
 from inframind_ray.policy.base import Policy
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.learned import CheckpointError, LearnedPolicy
@@ -55,6 +61,7 @@ class Orchestrator:
     def __init__(self, pool_cfg: dict, otel: str | None = None) -> None:
         self.cfg = PoolConfig.model_validate(pool_cfg)
         self.pool_info = build_pool_info(self.cfg)
+        self.degrade = degrade_of(self.cfg.engine)  # engine.on_deadline: degrade, or None
         s = self.cfg.serving
         self.loads = LoadView(self.pool_info.names, clock=WALL_CLOCK,
                               stale_after_s=s.stale_after_s,
@@ -308,7 +315,7 @@ class Orchestrator:
                     "query_id": q.query_id, "policy": policy.name, "budget_s": q.budget_s}):
                 res = await run_query(q, served, self._backend(), self.loads.system_state,
                                       abort_on_deadline=True, clock=WALL_CLOCK,
-                                      controller=controller)
+                                      controller=controller, degrade=self.degrade)
             final = res.text
             correct = await asyncio.get_running_loop().run_in_executor(
                 None, grade_final, res.query, final, payload.get("reference"))
@@ -394,7 +401,8 @@ class Orchestrator:
                        "start_s": round(s.start - q.arrival_s, 4),
                        "end_s": round(s.end - q.arrival_s, 4),
                        "prompt_tokens": s.prompt_tokens,
-                       "output_tokens": s.output_tokens} for s in res.steps],
+                       "output_tokens": s.output_tokens,
+                       "degraded_from": s.degraded_from} for s in res.steps],
             "controller": {"stopped_early": res.stopped_early, "cancelled": list(res.cancelled),
                            "cancelled_calls": list(res.cancelled_calls),
                            "answer_from": list(res.answer_from),
@@ -405,6 +413,9 @@ class Orchestrator:
         m.queries.inc(tags={"policy": policy, "task": q.task, "status": res.status.api,
                             "within_budget": str(bool(res.within_budget)).lower()})
         m.query_latency.observe(res.latency, tags={"policy": policy, "task": q.task})
+        for st in res.steps:
+            if st.degraded_from:
+                m.degraded.inc(tags={"model": st.degraded_from})
         if http == 503:
             m.shed.inc(tags={"reason": "replica_overloaded"})
             out["retry_after"] = 1
@@ -415,7 +426,8 @@ class Orchestrator:
             "budget_s": q.budget_s, "latency_s": res.latency, "status": res.status.api,
             "answer": res.answer, "correct": correct, "within_budget": res.within_budget,
             "topology": res.plan.topology.value, "k": res.plan.k, "n_calls": len(res.steps),
-            "stopped_early": res.stopped_early, "n_cancelled_calls": len(res.cancelled_calls)})
+            "stopped_early": res.stopped_early, "n_cancelled_calls": len(res.cancelled_calls),
+            "degraded": res.degraded})
         return out
 
     def _record_call(self, call: AgentCall, res: GenerateResult, out: AgentResult) -> None:
