@@ -165,6 +165,39 @@ def test_infeasible_deadline_and_queue_full_answers(session):
     assert statuses.count("ok") == 5 and statuses.count("overloaded") == 1
 
 
+def test_degrade_answers_a_refused_call_with_the_fastest_model(session):
+    """``engine.on_deadline: degrade`` on Ray Serve: a call the full replica refuses is sent
+    again to the fastest model and the query is answered within its budget, the response naming
+    the model given up; with the pool's ``abort`` the same query gets the replica's 503."""
+    wait_idle(session)
+    base = session.cfg.model_dump()
+    degrade = {**base, "engine": {**base["engine"], "on_deadline": "degrade"}}
+    h = handle("big")
+    query = {"item_id": 70, "budget_s": 30, "policy": "always-strongest"}
+
+    async def fill_big_then_query():
+        # big's one slot and its four-deep queue taken, the next request finds it full
+        reqs = [h.generate.remote(GenerateRequest(f"fill{i}", "p", 60, time.time() + 60,
+                                                  strategy="concise", prompt_tokens_hint=50))
+                for i in range(5)]
+        await asyncio.sleep(0.3)
+        out = await asyncio.to_thread(http, session, "POST", "/v1/queries", query)
+        await asyncio.gather(*reqs)
+        return out
+
+    try:
+        ray.get([o.set_pool.remote(degrade) for o in session.orchestrators])
+        code, out, _ = asyncio.run(fill_big_then_query())
+        assert code == 200, out
+        assert out["steps"][-1]["degraded_from"] == "big" and out["steps"][-1]["model"] == "small"
+        assert out["within_budget"] and out["status"] == "ok"
+    finally:
+        ray.get([o.set_pool.remote(base) for o in session.orchestrators])
+    wait_idle(session)
+    code, out, _ = asyncio.run(fill_big_then_query())
+    assert code == 503 and "overloaded" in out["error"], out
+
+
 def test_metrics_reach_orchestrator_and_go_stale(session):
     """Snapshots arrive within 1 s; a replica that stops pushing is shown as stale."""
     st = ray.get(session.orchestrator.state.remote())["models"]

@@ -242,6 +242,7 @@ class Orchestrator:
         cfg = PoolConfig.model_validate(pool_cfg)
         self.cfg = cfg
         self.pool_info = build_pool_info(cfg)
+        self.degrade = degrade_of(cfg.engine)
         self.loads.set_models(self.pool_info.names)
         self.policies.clear()
         self.policy_status = "ok"
