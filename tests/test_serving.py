@@ -623,6 +623,15 @@ def test_policy_registry_rollouts_and_feedback(session, tmp_path):
     code, out, _ = http(session, "POST", "/v1/policies/canary", {"version": "v0077"})
     assert code == 404 and "v0077" in out["error"], out  # the canary route reaches the registry
     assert http(session, "GET", "/v1/state")[1]["policy_version"] == v2
+    # one query served by a version that is not active (two versions side by side)
+    code, out, _ = http(session, "POST", "/v1/queries", {
+        "item_id": 73, "budget_s": 60, "query_id": "pv-1", "policy_version": "v0001"})
+    assert code == 200 and out["policy_version"] == "v0001", out
+    for body, want in (({"policy_version": "v0077"}, 404), ({"policy_version": v3}, 409),
+                       ({"policy_version": "v0001", "policy": "always-strongest"}, 400),
+                       ({"policy_version": "1"}, 422)):
+        code, out, _ = http(session, "POST", "/v1/queries", {"item_id": 73, **body})
+        assert code == want and "\n" not in out["error"], (body, code, out)
     code, out, _ = http(session, "POST", "/v1/queries", {"query": "Name a prime number.",
                                                         "budget_s": 30, "query_id": "fb-1"})
     assert code == 200 and out["correct"] is None
@@ -653,14 +662,15 @@ def test_policy_registry_rollouts_and_feedback(session, tmp_path):
     assert paths and not list(root.glob(".*.tmp"))
     eps = {r["query_id"]: r for r in table["rollouts"]}
     assert (eps["swap-1"]["policy_version"], eps["after-1"]["policy_version"],
-            eps["fb-1"]["policy_version"]) == ("v0001", v2, v2)
+            eps["fb-1"]["policy_version"], eps["pv-1"]["policy_version"]) == (
+        "v0001", v2, v2, "v0001")
     assert eps["after-1"]["quality"] in (0.0, 1.0) and eps["fb-1"]["quality"] is None
     assert 0.0 <= eps["fb-1"]["latency_cost"] <= 1.0
     assert [f["rollout_id"] for f in table["feedback"]] == [eps["fb-1"]["rollout_id"]]
     ids = [d["decision_id"] for d in table["decisions"]]
     assert len(ids) == len(set(ids))
     served = {v: reg.check(v, pool) for v in ("v0001", v2)}
-    for name in ("swap-1", "after-1", "fb-1"):
+    for name in ("swap-1", "after-1", "fb-1", "pv-1"):
         ep = eps[name]
         rows = sorted((d for d in table["decisions"] if d["rollout_id"] == ep["rollout_id"]),
                       key=lambda d: d["index"])

@@ -1,9 +1,9 @@
 """Drift scenarios (issue 20, docs/continual.md): after a drift (the traffic mix shifted, or a
 model slowed 2x), the continual learner trains on the pool's live rollouts, its candidates go
 through the twin replay gate and the canary without a human command, and after the first
-promotion the promoted version and the frozen shipped one serve the same arrival sequence, one
-after the other, on the drifted pool. Writes results.json, queries.json and scenario.png under
---out.
+promotion the promoted version and the frozen shipped one serve the same arrival sequence on
+the drifted pool, one after the other or (``--window-mode side-by-side``) both at once.
+Writes results.json, queries.json and scenario.png under --out.
 
     python experiments/continual/drift_scenario.py --scenario slowed
     python experiments/continual/drift_scenario.py --scenario mix_shift
@@ -59,21 +59,25 @@ SCENARIOS = {
 CANARY_SHARE = 0.25  # the scenario's canary share (default 0.1): a shorter canary, same test
 
 
-async def drive(url: str, wl: WorkloadSpec, tag: str, stop=None) -> list[dict]:  # noqa: ANN001
-    """Send ``wl``'s queries at its arrival times (budgets x TIME_SCALE); every query sent is
-    reported. ``stop()`` true ends the sending early."""
+async def drive(url: str, wl: WorkloadSpec, arms: dict[str, dict],
+                stop=None) -> dict[str, list[dict]]:  # noqa: ANN001
+    """Send ``wl``'s queries at its arrival times (budgets x TIME_SCALE), each once per arm
+    (tag -> extra body fields, e.g. a ``policy_version``; several arms: the copies of a query
+    leave together, in an order that alternates); every query sent is reported. ``stop()`` true
+    ends the sending early."""
     items, buds, at = sample_task_items(wl), budgets(wl), arrival_times(wl)
-    rows: list[dict] = []
+    rows: dict[str, list[dict]] = {tag: [] for tag in arms}
     t0 = time.monotonic()
 
-    async def one(session: aiohttp.ClientSession, i: int) -> None:
+    async def one(session: aiohttp.ClientSession, i: int, tag: str) -> None:
         task, item = items[i]
         row = {"i": i, "query_id": f"{tag}-{i}", "task": task, "item_id": item,
                "budget_s": float(buds[i]), "sent_s": time.monotonic() - t0, "http_status": 0}
-        rows.append(await post_query(session, url, {
+        rows[tag].append(await post_query(session, url, {
             "task": task, "item_id": item, "budget_s": float(buds[i]),
-            "query_id": row["query_id"]}, row, t0))
+            "query_id": row["query_id"], **arms[tag]}, row, t0))
 
+    tags = list(arms)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60),
                                      connector=aiohttp.TCPConnector(limit=0)) as session:
         tasks = []
@@ -81,10 +85,11 @@ async def drive(url: str, wl: WorkloadSpec, tag: str, stop=None) -> list[dict]: 
             await asyncio.sleep(max(0.0, t0 + float(at[i]) - time.monotonic()))
             if stop is not None and stop():
                 break
-            tasks.append(asyncio.create_task(one(session, i)))
+            order = tags if i % 2 == 0 else tags[::-1]
+            tasks += [asyncio.create_task(one(session, i, tag)) for tag in order]
         if tasks:
             await asyncio.wait(tasks, timeout=90)
-    return sorted(rows, key=lambda r: r["i"])
+    return {tag: sorted(r, key=lambda x: x["i"]) for tag, r in rows.items()}
 
 
 def goodput(rows: list[dict]) -> np.ndarray:
@@ -219,6 +224,11 @@ def main() -> None:
     ap.add_argument("--explore-share", type=float, default=0.0,
                     help="share of live learned-policy queries that explore (epsilon: the "
                     "pool's serving.rollouts.explore_epsilon); off in the comparison window")
+    ap.add_argument("--window-mode", choices=["sequential", "side-by-side"],
+                    default="sequential",
+                    help="the comparison window's arms one after the other at the live rate "
+                    "(the runs before 2026-12-05), or side by side: each query sent to both "
+                    "versions at once (the query's policy_version), each arm at half the rate")
     ap.add_argument("--replot", action="store_true", help="only redraw --out's scenario.png")
     args = ap.parse_args()
     if args.replot:
@@ -262,7 +272,7 @@ def main() -> None:
             n_live = int(args.rate / 60 * args.max_live_s)
             live = asyncio.run(drive(session.url, WorkloadSpec(
                 args.rate, n_live, split="test", seed=args.seed, budget_range_s=scaled,
-                tasks=tasks), "live", stop))
+                tasks=tasks), {"live": {}}, stop))["live"]
             t_end_live = time.time()
             os.killpg(learner.pid, signal.SIGINT)
             try:
@@ -292,14 +302,25 @@ def main() -> None:
                             update={"explore_share": 0.0})})})
                     ray.get([o.set_pool.remote(greedy.model_dump(mode="json"))
                              for o in session.orchestrators])
-                wl = WorkloadSpec(args.rate, args.window, split="test", seed=args.seed + 1,
-                                  budget_range_s=scaled, tasks=tasks)
-                for name, version in (("continual", promoted[0]), ("frozen", frozen)):
-                    set_active(reg, version, info)
-                    wait_serving(session.orchestrator, version)
-                    arms[name] = asyncio.run(drive(session.url, wl, name))
+                versions = {"continual": promoted[0], "frozen": frozen}
+                if args.window_mode == "side-by-side":
+                    # both arms at once on one pool, each at half the live rate (the pool's
+                    # offered load stays the live phase's), every query sent to each version
+                    set_active(reg, frozen, info)
+                    wait_serving(session.orchestrator, frozen)
+                    wl = WorkloadSpec(args.rate / 2, args.window, split="test",
+                                      seed=args.seed + 1, budget_range_s=scaled, tasks=tasks)
+                    arms = asyncio.run(drive(session.url, wl, {
+                        name: {"policy_version": v} for name, v in versions.items()}))
+                else:  # one arm after the other, each at the live rate
+                    wl = WorkloadSpec(args.rate, args.window, split="test", seed=args.seed + 1,
+                                      budget_range_s=scaled, tasks=tasks)
+                    for name, version in versions.items():
+                        set_active(reg, version, info)
+                        wait_serving(session.orchestrator, version)
+                        arms |= asyncio.run(drive(session.url, wl, {name: {}}))
                 doc["window"] = {
-                    "queries": args.window, "seed": args.seed + 1,
+                    "queries": args.window, "seed": args.seed + 1, "mode": args.window_mode,
                     "goodput": paired(goodput(arms["continual"]), goodput(arms["frozen"])),
                     "slo_attainment": paired(
                         *(np.array([float(r["http_status"] == 200 and bool(r.get(

@@ -295,7 +295,7 @@ def make_ingress(cfg: PoolConfig):  # noqa: ANN201
                         "ingress_limit": self.gate.limit()}
             return _reply(out)
 
-        @app.post("/v1/queries", responses=_errors(400, 401, 404, 413, 422, 429, 503))
+        @app.post("/v1/queries", responses=_errors(400, 401, 404, 409, 413, 422, 429, 503))
         async def queries(self, body: QueryRequest, request: Request) -> JSONResponse:
             if (bad := _budget_error(body.budget_s, lo, hi)) is not None:
                 return _error(422, bad)

@@ -29,7 +29,7 @@ from inframind_ray.policy.base import Policy
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.learned import CheckpointError, LearnedPolicy
 from inframind_ray.policy.recording import RecordingPolicy
-from inframind_ray.policy.registry import RegistryError
+from inframind_ray.policy.registry import RegistryError, VersionNotFound
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.replica.predict import fastest_finish_in_s, too_late
@@ -245,6 +245,7 @@ class Orchestrator:
         self.degrade = degrade_of(cfg.engine)
         self.loads.set_models(self.pool_info.names)
         self.policies.clear()
+        self.versions.forget()
         self.policy_status = "ok"
         self._handles = None
         self.canary.reset()  # its arms' outcomes were on the old pool
@@ -294,10 +295,21 @@ class Orchestrator:
                           else None)
         except UserError as e:
             return {"http_status": 404 if isinstance(e, NotFound) else 400, "error": str(e)}
+        version = self.policy_version
+        if payload.get("policy_version") is not None:  # one version asked for: no canary
+            if policy.name != LearnedPolicy.name:
+                return {"http_status": 400, "error": "policy_version applies to the learned "
+                        f"policy ({LearnedPolicy.name}) only, not {policy.name}"}
+            version = payload["policy_version"]
+            try:
+                policy = self.versions.version_policy(version, self.pool_info)
+            except VersionNotFound as e:
+                return {"http_status": 404, "error": str(e)}
+            except RegistryError as e:
+                return {"http_status": 409, "error": f"{version} cannot serve this pool: {e}"}
         refusal = self._admit(q)
         if refusal is not None:
             return refusal
-        version = self.policy_version
         canaried = (self.canary.running is not None
                     and policy is self.policies.get(LearnedPolicy.name))
         to_candidate = canaried and self.canary.route(q.query_id)
@@ -364,12 +376,13 @@ class Orchestrator:
 
     def _recording(self, q: QueryInfo, policy: Policy, version: str | None):  # noqa: ANN202
         """(episode, the policy to run): the learned registry policy (``version``: the active
-        one, or the canary's candidate) wrapped to record its decisions when rollouts are on,
-        drawing them from its softmax on ``rollouts.explore_share`` of the queries (both arms
-        of a canary alike); (None, policy) otherwise."""
+        one, the canary's candidate, or the one the query asked for) wrapped to record its
+        decisions when rollouts are on, drawing them from its softmax on
+        ``rollouts.explore_share`` of the queries (both arms of a canary alike); (None, policy)
+        otherwise."""
         if not (self.cfg.serving.rollouts.enabled and version is not None
                 and (policy is self.policies.get(LearnedPolicy.name)
-                     or policy is self.canary.policy)):
+                     or policy is self.canary.policy or self.versions.asked_for(policy))):
             return None, policy
         models = self.loads.system_state().models.values()
         ep = self.rollouts.start(q, version, (

@@ -80,6 +80,9 @@ def _numeric_reference(task: str | None, reference: str | None) -> None:
         raise ValueError("a gsm8k reference must contain a number")
 
 
+VERSION_PATTERN = r"^v[0-9]{4,}$"
+
+
 class QueryRequest(BaseModel):
     """POST /v1/queries."""
 
@@ -97,6 +100,11 @@ class QueryRequest(BaseModel):
         None, description="the run-time execution controller for this query (default: the "
         "deployment's `serving.controller`)")
     query_id: str | None = Field(None, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    policy_version: str | None = Field(
+        None, pattern=VERSION_PATTERN, description="serve this query with this registry version "
+        "of the learned policy (side-by-side evaluation of two versions on the same traffic; "
+        "never canaried); `policy` must then be inframind or unset (404: no such version, 409: "
+        "it cannot serve this pool)")
 
     @model_validator(mode="after")
     def _need_something(self) -> "QueryRequest":
@@ -162,7 +170,6 @@ def _number(v: object) -> object:
 
 
 Score = Annotated[float, BeforeValidator(_number)]
-VERSION_PATTERN = r"^v[0-9]{4,}$"
 
 
 class FeedbackRequest(BaseModel):

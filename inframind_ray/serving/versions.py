@@ -29,6 +29,7 @@ class ServedVersion:
         self.version: str | None = None  # the registry version the learned policy is
         self.note: str | None = None  # a configured checkpoint the registry overrides
         self._stamp = -1  # registry.json's stamp when last read (changed)
+        self._pinned: dict[str, LearnedPolicy] = {}  # versions queries asked for
 
     def load(self, pool: PoolInfo) -> LearnedPolicy:
         """The registry's active version on ``pool`` (an empty registry is seeded with
@@ -70,6 +71,23 @@ class ServedVersion:
         finally:  # a queued canary that starts with a promotion runs against the new active
             self.canary.sync(st.canary, self.version, pool)
         return policy
+
+    def version_policy(self, version: str, pool: PoolInfo) -> LearnedPolicy:
+        """The policy of one registry version on ``pool``, for a query that asks for it
+        (``policy_version``: two versions side by side on the same traffic); loaded once and
+        kept until the pool changes (``forget``). VersionNotFound or RegistryError (it cannot
+        serve this pool) with the one-line reason."""
+        if version not in self._pinned:
+            self._pinned[version] = self.registry.check(version, pool)
+        return self._pinned[version]
+
+    def asked_for(self, policy: object) -> bool:
+        """Whether ``policy`` is a version loaded for queries that asked for it."""
+        return any(policy is p for p in self._pinned.values())
+
+    def forget(self) -> None:
+        """Drop the versions loaded for queries (the pool changed)."""
+        self._pinned.clear()
 
     def resume_canary(self, pool: PoolInfo) -> None:
         """(Re)start the registry's canary, if any, with empty arms (after a start or a pool
