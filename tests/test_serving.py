@@ -628,7 +628,7 @@ def test_policy_registry_rollouts_and_feedback(session, tmp_path):
         "item_id": 73, "budget_s": 60, "query_id": "pv-1", "policy_version": "v0001"})
     assert code == 200 and out["policy_version"] == "v0001", out
     for body, want in (({"policy_version": "v0077"}, 404), ({"policy_version": v3}, 409),
-                       ({"policy_version": "v0001", "policy": "always-strongest"}, 400),
+                       ({"policy_version": "v0001", "policy": "always-strongest"}, 422),
                        ({"policy_version": "1"}, 422)):
         code, out, _ = http(session, "POST", "/v1/queries", {"item_id": 73, **body})
         assert code == want and "\n" not in out["error"], (body, code, out)

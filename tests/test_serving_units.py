@@ -629,3 +629,24 @@ def test_a_query_stamped_before_a_wait_has_that_much_less_budget(tmp_path):
     assert orch._admit(query_info({"item_id": 70, "budget_s": 0.6}, t)) is None
     late = orch._admit(query_info({"item_id": 70, "budget_s": 0.6}, t - 0.5))
     assert late["http_status"] == 503 and "s left)" in late["error"], late
+
+
+def test_policy_version_rule_is_in_the_schema_and_enforced():
+    """A query naming a policy_version with a policy other than the learned one is refused by
+    the body model (422) and by its JSON Schema alike (the OpenAPI document says so)."""
+    import jsonschema
+    from pydantic import ValidationError
+
+    from inframind_ray.serving.schemas import QueryRequest
+
+    schema = jsonschema.Draft202012Validator(QueryRequest.model_json_schema())
+    ok = [{"item_id": 1, "policy_version": "v0002"},
+          {"item_id": 1, "policy_version": "v0002", "policy": "inframind"},
+          {"item_id": 1, "policy": "round-robin"}]
+    bad = {"item_id": 1, "policy_version": "v0002", "policy": "round-robin"}
+    for body in ok:
+        QueryRequest.model_validate(body)
+        assert schema.is_valid(body), body
+    with pytest.raises(ValidationError, match="applies to the learned policy"):
+        QueryRequest.model_validate(bad)
+    assert not schema.is_valid(bad)

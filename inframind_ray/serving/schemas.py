@@ -52,6 +52,7 @@ def _task_in(names) -> dict:  # noqa: ANN001
 
 
 _NUMERIC_REFERENCE = {"properties": {"reference": {"pattern": "[0-9]"}}}  # GSM8K compares numbers
+LEARNED = "inframind"  # the learned policy's name (policy.learned.LearnedPolicy.name)
 
 QUERY_RULES = {
     "anyOf": [_has(item_id=_INT), _has(query={**_STR, "pattern": r"\S"})],
@@ -61,6 +62,7 @@ QUERY_RULES = {
         {"not": _has(reference=_STR, item_id=_INT)},
         {"if": _task_in(CODE_FAMILIES), "then": {"not": _has(reference=_STR)}},
         {"if": _task_in(["gsm8k"]), "then": _NUMERIC_REFERENCE},
+        {"not": _has(policy_version=_STR, policy={**_STR, "not": {"const": LEARNED}})},
     ],
 }
 """The cross-field rules of ``QueryRequest``'s validator, in its JSON Schema (the OpenAPI
@@ -120,6 +122,9 @@ class QueryRequest(BaseModel):
             raise ValueError(f"grading free-text {self.task} code needs an item's tests: give "
                              "its item_id instead of a reference")
         _numeric_reference(self.task, self.reference)
+        if self.policy_version is not None and self.policy not in (None, LEARNED):
+            raise ValueError(f"policy_version applies to the learned policy ({LEARNED}) only, "
+                             f"not {self.policy}")
         return self
 
 
