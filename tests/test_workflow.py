@@ -81,9 +81,9 @@ class SleepBackend:
                            loop.time())
 
 
-def _state():
+def _state(pool: PoolInfo = POOL):
     loop = asyncio.get_running_loop()
-    loads = {m: LoadSnapshot(m, 1, 0, 0, 0.0, 0, 0, 0, loop.time()) for m in POOL.names}
+    loads = {m: LoadSnapshot(m, 1, 0, 0, 0.0, 0, 0, 0, loop.time()) for m in pool.names}
     return SystemState(loop.time(), loads)
 
 
@@ -216,9 +216,7 @@ class TailBackend:
 
 
 def _degrade_state():
-    loop = asyncio.get_running_loop()
-    loads = {m: LoadSnapshot(m, 1, 0, 0, 0.0, 0, 0, 0, loop.time()) for m in DEGRADE_POOL.names}
-    return SystemState(loop.time(), loads)
+    return _state(DEGRADE_POOL)
 
 
 def test_degrade_gives_a_late_call_up_for_the_fastest_answer():
