@@ -564,7 +564,7 @@ def test_ingress_router_holds_queries_at_the_reported_bound():
 def test_a_controller_delta_that_was_not_asked_is_null_in_json():
     """A decision made with no answer to give has delta -inf, which JSON cannot carry (it was a
     500 on a GSM8K query whose first answers held no number): the response says null."""
-    from inframind_ray.serving.orchestrator import _finite
+    from inframind_ray.serving.queries import _finite
 
     assert _finite(float("-inf")) is None and _finite(float("nan")) is None
     assert _finite(0.123456789) == 0.12346

@@ -205,6 +205,30 @@ async def run_query(
     path: dict[int, float] = {}  # node -> service along its critical path, its own included
     dispatched: set[int] = set()  # nodes whose backend call has been sent
 
+    def sample_of(model: str, slot: int) -> int:
+        """Earlier plan slots of this query on ``model`` (the slot recorded on first use)."""
+        slots = slots_of.setdefault(model, [])
+        if slot not in slots:
+            slots.append(slot)
+        return slots.index(slot)
+
+    def prompt_for(node: AgentNode, strategy: Strategy, ups: tuple[AgentResult, ...]) -> str:
+        texts = [u.text for u in ups if u.status.ok and u.text]
+        return build_prompt(query.text, node.role, node.kind.value, strategy, texts, query.task)
+
+    async def send(call: AgentCall, timeout: float | None, start: float) -> AgentResult:
+        """The backend's result, or DEADLINE once ``timeout`` seconds have passed (None: no
+        limit; the call is then cancelled, aborting its engine request)."""
+        if timeout is not None and timeout <= 0:
+            return _failed(call.node, call.model, call.strategy, RequestStatus.DEADLINE, start,
+                           start)
+        try:
+            return await (backend.call(call) if timeout is None
+                          else asyncio.wait_for(backend.call(call), timeout))
+        except TimeoutError:
+            return _failed(call.node, call.model, call.strategy, RequestStatus.DEADLINE, start,
+                           clock.now())
+
     async def run_node(node: AgentNode) -> AgentResult:
         ups = tuple([await tasks[d] for d in node.deps])
         now = clock.now()
@@ -223,47 +247,31 @@ async def run_query(
         path_in = max((path[u] for u in node.deps), default=0.0)
         chosen.append(d.model)
         node_models[node.id] = d.model
-        slots = slots_of.setdefault(d.model, [])
-        if node.slot not in slots:
-            slots.append(node.slot)
-        texts = [u.text for u in ups if u.status.ok and u.text]
         call = AgentCall(
             query=query,
             node=node,
             model=d.model,
             strategy=d.strategy,
-            prompt=build_prompt(query.text, node.role, node.kind.value, d.strategy, texts,
-                                query.task),
+            prompt=prompt_for(node, d.strategy, ups),
             upstream=ups,
             max_tokens=d.max_tokens or policy.pool[d.model].cap(d.strategy, query.task),
             deadline=query.deadline if deadlines else math.inf,
-            sample=slots.index(node.slot),
+            sample=sample_of(d.model, node.slot),
             program=ProgramService(query.query_id, attained[0], path_in),
         )
         remaining = query.deadline - now
         abort = abort_on_deadline and deadlines
-        soft = remaining
-        if abort and degrade is not None:
-            soft = remaining - degrade.reserve_s(fastest_call(policy.pool, ctx)[1])
         if abort and remaining <= 0:
             res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now, now)
-        elif soft > 0 and soft < remaining:  # degrade: give the call up at its reserve point
-            dispatched.add(node.id)
-            try:
-                res = await asyncio.wait_for(backend.call(call), soft)
-            except TimeoutError:
-                res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now,
-                              clock.now())
-            if res.status in _DEGRADABLE:
-                res = await fallback(call, ctx, res)
         else:
             dispatched.add(node.id)
-            try:
-                res = await (asyncio.wait_for(backend.call(call), remaining)
-                             if abort else backend.call(call))
-            except TimeoutError:
-                res = _failed(node, d.model, d.strategy, RequestStatus.DEADLINE, now,
-                              clock.now())
+            reserve = (degrade.reserve_s(fastest_call(policy.pool, ctx)[1])
+                       if abort and degrade is not None else 0.0)
+            degrading = 0 < remaining - reserve < remaining  # given up at its reserve point
+            res = await send(call, (remaining - reserve if degrading else remaining)
+                             if abort else None, now)
+            if degrading and res.status in _DEGRADABLE:
+                res = await fallback(call, ctx, res)
         attained[0] += res.service_s
         path[node.id] = path_in + res.service_s
         return replace(res, load=ctx.state.models.get(res.model), task=query.task)
@@ -272,25 +280,13 @@ async def run_query(
         """Send ``call``'s node again as the fastest answer at the live load, due at the
         query's deadline; ``given_up`` is the call it replaces."""
         now = clock.now()
-        ctx = replace(ctx, now=now, state=state_fn())
-        fb = fastest_call(policy.pool, ctx)[0]
-        slots = slots_of.setdefault(fb.model, [])
-        if call.node.slot not in slots:
-            slots.append(call.node.slot)
-        texts = [u.text for u in call.upstream if u.status.ok and u.text]
+        fb = fastest_call(policy.pool, replace(ctx, now=now, state=state_fn()))[0]
         fcall = replace(
             call, model=fb.model, strategy=fb.strategy,
-            prompt=build_prompt(query.text, call.node.role, call.node.kind.value, fb.strategy,
-                                texts, query.task),
+            prompt=prompt_for(call.node, fb.strategy, call.upstream),
             max_tokens=policy.pool[fb.model].cap(fb.strategy, query.task),
-            sample=slots.index(call.node.slot))
-        left = query.deadline - now
-        try:
-            res = (await asyncio.wait_for(backend.call(fcall), left) if left > 0 else
-                   _failed(call.node, fb.model, fb.strategy, RequestStatus.DEADLINE, now, now))
-        except TimeoutError:
-            res = _failed(call.node, fb.model, fb.strategy, RequestStatus.DEADLINE, now,
-                          clock.now())
+            sample=sample_of(fb.model, call.node.slot))
+        res = await send(fcall, query.deadline - now, now)
         return replace(res, degraded_from=given_up.model)
 
     for node in graph.nodes:  # topological order: deps already have tasks

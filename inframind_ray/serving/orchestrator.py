@@ -13,8 +13,6 @@ from pathlib import Path
 
 from inframind_ray.config import PoolConfig
 from inframind_ray.core.clock import WALL_CLOCK
-from inframind_ray.core.request import RequestStatus
-from inframind_ray.core.topology import build_graph
 from inframind_ray.core.types import LoadSnapshot, QueryInfo
 from inframind_ray.errors import InframindError
 from inframind_ray.orchestration.controller import ExecutionController
@@ -29,7 +27,7 @@ from inframind_ray.policy.base import Policy
 from inframind_ray.policy.baselines import make_policy
 from inframind_ray.policy.learned import CheckpointError, LearnedPolicy
 from inframind_ray.policy.recording import RecordingPolicy
-from inframind_ray.policy.registry import RegistryError, VersionNotFound
+from inframind_ray.policy.registry import RegistryError
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.replica.load_view import LoadView
 from inframind_ray.replica.predict import fastest_finish_in_s, too_late
@@ -37,7 +35,14 @@ from inframind_ray.serving.backend import ServeBackend
 from inframind_ray.serving.canary import CanaryRunner
 from inframind_ray.serving.engines.base import GenerateResult
 from inframind_ray.serving.metrics import OrchestratorMetrics
-from inframind_ray.serving.queries import NotFound, UserError, grade_answer, grade_final, query_info
+from inframind_ray.serving.queries import (
+    NotFound,
+    UserError,
+    grade_answer,
+    grade_final,
+    query_info,
+    response_body,
+)
 from inframind_ray.serving.records import RecordWriter
 from inframind_ray.serving.replica import deployment_name
 from inframind_ray.serving.rollouts import RolloutRecorder, explorer
@@ -47,12 +52,6 @@ from inframind_ray.serving.versions import ServedVersion
 log = logging.getLogger(__name__)
 
 APP_NAME = "inframind"
-
-
-def _finite(x: float) -> float | None:
-    """A controller delta for JSON: rounded, or None where it was not asked (no answer yet:
-    -inf), which JSON cannot carry."""
-    return round(x, 5) if math.isfinite(x) else None
 
 
 class Orchestrator:
@@ -301,12 +300,9 @@ class Orchestrator:
                 return {"http_status": 400, "error": "policy_version applies to the learned "
                         f"policy ({LearnedPolicy.name}) only, not {policy.name}"}
             version = payload["policy_version"]
-            try:
-                policy = self.versions.version_policy(version, self.pool_info)
-            except VersionNotFound as e:
-                return {"http_status": 404, "error": str(e)}
-            except RegistryError as e:
-                return {"http_status": 409, "error": f"{version} cannot serve this pool: {e}"}
+            policy = self.versions.version_policy(version, self.pool_info)
+            if isinstance(policy, dict):
+                return policy
         refusal = self._admit(q)
         if refusal is not None:
             return refusal
@@ -398,31 +394,7 @@ class Orchestrator:
 
     def _respond(self, res: QueryResult, policy: str, correct: bool | None) -> dict:
         q = res.query
-        http = 200
-        if res.status is RequestStatus.OVERLOADED:
-            http = 503
-        graph = build_graph(res.plan)
-        out = {
-            "http_status": http, "query_id": q.query_id, "task": q.task,
-            "item_id": q.item_id, "status": res.status.api,
-            "answer": res.answer, "text": res.text, "correct": correct,
-            "latency_s": round(res.latency, 4), "budget_s": q.budget_s,
-            "within_budget": res.within_budget, "policy": policy,
-            "plan": {"topology": res.plan.topology.value, "k": res.plan.k,
-                     "roles": list(res.plan.roles), "critical_path": graph.critical_path_len},
-            "steps": [{"node": s.node_id, "role": s.role, "kind": s.kind, "model": s.model,
-                       "strategy": s.strategy.value, "status": s.status.api,
-                       "start_s": round(s.start - q.arrival_s, 4),
-                       "end_s": round(s.end - q.arrival_s, 4),
-                       "prompt_tokens": s.prompt_tokens,
-                       "output_tokens": s.output_tokens,
-                       "degraded_from": s.degraded_from} for s in res.steps],
-            "controller": {"stopped_early": res.stopped_early, "cancelled": list(res.cancelled),
-                           "cancelled_calls": list(res.cancelled_calls),
-                           "answer_from": list(res.answer_from),
-                           "decisions": [{"node": d.node_id, "delta": _finite(d.delta),
-                                          "stop": d.stop} for d in res.decisions]},
-        }
+        out = response_body(res, policy, correct)
         m = self.metrics
         m.queries.inc(tags={"policy": policy, "task": q.task, "status": res.status.api,
                             "within_budget": str(bool(res.within_budget)).lower()})
@@ -430,7 +402,7 @@ class Orchestrator:
         for st in res.steps:
             if st.degraded_from:
                 m.degraded.inc(tags={"model": st.degraded_from})
-        if http == 503:
+        if out["http_status"] == 503:
             m.shed.inc(tags={"reason": "replica_overloaded"})
             out["retry_after"] = 1
             out["error"] = "a model replica is overloaded"

@@ -1,12 +1,17 @@
-"""A query from its request (a benchmark item of a task family, or free text), and the
-families' real graders on an answer: what the orchestrator needs of the task rooms."""
+"""A query from its request (a benchmark item of a task family, or free text), the families'
+real graders on an answer (what the orchestrator needs of the task rooms), and the answer's
+response body."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 
+from inframind_ray.core.request import RequestStatus
+from inframind_ray.core.topology import build_graph
 from inframind_ray.core.types import QueryInfo
+from inframind_ray.orchestration.runner import QueryResult
 from inframind_ray.tasks.base import free_text_prompt_tokens
 from inframind_ray.tasks.registry import family, reference_family
 
@@ -76,3 +81,39 @@ async def grade_answer(payload: dict) -> dict:
         return {"http_status": 400, "error": str(e).strip("'\"")}
     return {"task": payload["task"], "item_id": item_id, "correct": res.correct,
             "extracted": res.extracted, "detail": res.detail}
+
+
+def response_body(res: QueryResult, policy: str, correct: bool | None) -> dict:
+    """``POST /v1/queries``' answer to one finished query (with ``http_status``: 503 when a
+    replica was overloaded): the answer and its grade, latency, the plan, every agent call and
+    what the execution controller did."""
+    q = res.query
+    return {
+        "http_status": 503 if res.status is RequestStatus.OVERLOADED else 200,
+        "query_id": q.query_id, "task": q.task,
+        "item_id": q.item_id, "status": res.status.api,
+        "answer": res.answer, "text": res.text, "correct": correct,
+        "latency_s": round(res.latency, 4), "budget_s": q.budget_s,
+        "within_budget": res.within_budget, "policy": policy,
+        "plan": {"topology": res.plan.topology.value, "k": res.plan.k,
+                 "roles": list(res.plan.roles),
+                 "critical_path": build_graph(res.plan).critical_path_len},
+        "steps": [{"node": s.node_id, "role": s.role, "kind": s.kind, "model": s.model,
+                   "strategy": s.strategy.value, "status": s.status.api,
+                   "start_s": round(s.start - q.arrival_s, 4),
+                   "end_s": round(s.end - q.arrival_s, 4),
+                   "prompt_tokens": s.prompt_tokens,
+                   "output_tokens": s.output_tokens,
+                   "degraded_from": s.degraded_from} for s in res.steps],
+        "controller": {"stopped_early": res.stopped_early, "cancelled": list(res.cancelled),
+                       "cancelled_calls": list(res.cancelled_calls),
+                       "answer_from": list(res.answer_from),
+                       "decisions": [{"node": d.node_id, "delta": _finite(d.delta),
+                                      "stop": d.stop} for d in res.decisions]},
+    }
+
+
+def _finite(x: float) -> float | None:
+    """A controller delta for JSON: rounded, or None where it was not asked (no answer yet:
+    -inf), which JSON cannot carry."""
+    return round(x, 5) if math.isfinite(x) else None

@@ -72,13 +72,18 @@ class ServedVersion:
             self.canary.sync(st.canary, self.version, pool)
         return policy
 
-    def version_policy(self, version: str, pool: PoolInfo) -> LearnedPolicy:
+    def version_policy(self, version: str, pool: PoolInfo) -> LearnedPolicy | dict:
         """The policy of one registry version on ``pool``, for a query that asks for it
         (``policy_version``: two versions side by side on the same traffic); loaded once and
-        kept until the pool changes (``forget``). VersionNotFound or RegistryError (it cannot
-        serve this pool) with the one-line reason."""
+        kept until the pool changes (``forget``). Or the error answer: 404 no such version,
+        409 it cannot serve this pool (the one-line reason)."""
         if version not in self._pinned:
-            self._pinned[version] = self.registry.check(version, pool)
+            try:
+                self._pinned[version] = self.registry.check(version, pool)
+            except VersionNotFound as e:
+                return {"http_status": 404, "error": str(e)}
+            except RegistryError as e:
+                return {"http_status": 409, "error": f"{version} cannot serve this pool: {e}"}
         return self._pinned[version]
 
     def asked_for(self, policy: object) -> bool:
