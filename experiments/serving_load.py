@@ -314,12 +314,7 @@ def overload(args: argparse.Namespace) -> dict:
             asyncio.run(load.run(poll))
         time.sleep(10.0)  # after: queues drained, the load gone
         after = sampler.sample()
-        if args.out:  # every request (send time, status, client latency) for the plots
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.with_suffix(".records.json").write_text(json.dumps(
-                [{k: x.get(k) for k in ("sent_s", "status", "client_s", "budget_s",
-                                         "within_budget", "correct", "degraded")}
-                 for x in load.records]))
+        write_records(args.out, load)
         return {"measurement": "overload", "policy": args.load_policy or "default",
                 "max_inflight_queries": cfg.serving.max_inflight_queries,
                 "request_start_header": cfg.serving.request_start_header,
@@ -332,6 +327,17 @@ def overload(args: argparse.Namespace) -> dict:
                 "ingress_bound": bound, "healthz": _health_summary(health)}
     finally:
         session.stop()
+
+
+def write_records(out: Path | None, load: Load) -> None:
+    """Every request (send time, status, client latency, a refusal's reason) beside ``out``."""
+    if out is None:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".records.json").write_text(json.dumps(
+        [{k: x.get(k) for k in ("sent_s", "status", "client_s", "budget_s", "within_budget",
+                                 "correct", "degraded", "error")}
+         for x in load.records]))
 
 
 def _replica_names(model: str) -> list[str]:
@@ -398,6 +404,7 @@ def kill_replicas(args: argparse.Namespace) -> dict:
                 await asyncio.sleep(max(0.0, t_next - time.monotonic()))
 
         asyncio.run(load.run(kill_each))
+        write_records(args.out, load)
         counters = ray.get(session.orchestrator.state.remote())["counters"]
         windows = {f"{a:g}-{b:g}s": load.summary(a, b) for a, b in zip(
             [0.0, *[args.warmup + i * args.every for i in range(len(models))]],

@@ -190,6 +190,7 @@ def test_degrade_answers_a_refused_call_with_the_fastest_model(session):
         code, out, _ = asyncio.run(fill_big_then_query())
         assert code == 200, out
         assert out["steps"][-1]["degraded_from"] == "big" and out["steps"][-1]["model"] == "small"
+        assert 0 <= out["steps"][-1]["given_up_start_s"] <= out["steps"][-1]["start_s"]
         assert out["within_budget"] and out["status"] == "ok"
     finally:
         ray.get([o.set_pool.remote(base) for o in session.orchestrators])

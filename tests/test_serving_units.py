@@ -265,7 +265,11 @@ def test_ingress_gate_refuses_by_the_control_planes_delay():
     than the margin is refused at once (503, Retry-After = the excess, the reason), a longer
     one admitted; with nothing in flight the delay is forgotten; the rule off admits all. Ahead
     of any slow answer, Little's law: 100 in flight at 2 completions/s whose calls span 2 s
-    predict a 48 s wait; ``max_inflight`` answers 429."""
+    predict a 48 s wait, refused by at the throughput's upper 95 % bound (10 completions in 5 s:
+    at most 3.4/s, so 27.5 s); one completion in 5 s is no evidence of a 48 s wait; a fallback's
+    given-up call counts as agent-call time; ``max_inflight`` answers 429."""
+    from scipy.special import gammaincinv
+
     from inframind_ray.serving.gate import IngressGate
 
     clock = Clock(0.0)
@@ -294,8 +298,23 @@ def test_ingress_gate_refuses_by_the_control_planes_delay():
         clock.t += 0.4
         little.leave(little.enter() - 2.1, {"steps": [{"start_s": 0.05, "end_s": 2.05}]})
     assert little.delay_s == pytest.approx(0.1) and little.span_s == pytest.approx(2.0)
-    assert little.predicted_delay_s() == pytest.approx(48.0)
-    assert little.refusal(20.0)["retry_after"] == 28 and little.refusal(40.0) is None
+    assert little.backlog_s() == pytest.approx(48.0)  # the point estimate (the adaptive bound's)
+    bound = 100 * 5.0 / gammaincinv(11, 0.95) - 2.0
+    assert little.predicted_delay_s() == pytest.approx(bound) and 27 < bound < 28
+    assert little.refusal(15.0)["retry_after"] == 13 and little.refusal(20.0) is None
+    assert "backlog 27.5 s: 100 in flight, 10 answered in the last 5 s" in little.refusal(
+        15.0)["error"]
+    cold = IngressGate(0.5, window_s=5.0, clock=clock.now)  # 10 in flight, 1 answered
+    for _ in range(10):
+        cold.enter()
+    cold.leave(cold.enter() - 0.5, {"steps": [{"start_s": 0.1, "end_s": 0.5}]})
+    assert cold.backlog_s() == pytest.approx(49.6) and cold.refusal(21.0) is None
+    fb = IngressGate(0.5, clock=clock.now)  # a fallback at 20-22 s for a call given up at 20
+    fb.enter()
+    fb.enter()
+    fb.leave(clock.t - 22.5, {"steps": [{"start_s": 20.0, "end_s": 22.0,
+                                         "given_up_start_s": 0.2}]})
+    assert fb.span_s == pytest.approx(21.8) and fb.delay_s == pytest.approx(0.7)
     full = IngressGate(None, max_inflight=2, clock=clock.now)
     full.enter()
     assert full.refusal(1.0) is None

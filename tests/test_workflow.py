@@ -234,6 +234,7 @@ def test_degrade_gives_a_late_call_up_for_the_fastest_answer():
     assert be.cancelled == ["strong"]  # the engine request of the given-up call was aborted
     assert res.within_budget and res.degraded and res.answer == "B"
     assert res.steps[-1].degraded_from == "strong" and res.steps[-1].model == "quick"
+    assert res.steps[-1].given_up_start == 0.0 and res.steps[-1].start == pytest.approx(8.8)
     assert res.latency == pytest.approx(10.0 - 1.2 + 0.2)
     assert be.sent[1][2] == q.deadline  # the fallback is due at the query's deadline
     base, _ = run_simulated(run_query(q, StrongPolicy(), TailBackend(), _degrade_state))

@@ -83,6 +83,7 @@ class AgentResult:
     task: str = "mmlu_pro"  # the query's task family: how the answer is read from the text
     service_s: float = 0.0  # seconds in the engine (admission there to the end); 0 if refused
     degraded_from: str | None = None  # the model of the call given up for this fallback
+    given_up_start: float | None = None  # when that given-up call was sent
 
     @property
     def answer(self) -> str | None:
@@ -287,7 +288,7 @@ async def run_query(
             max_tokens=policy.pool[fb.model].cap(fb.strategy, query.task),
             sample=sample_of(fb.model, call.node.slot))
         res = await send(fcall, query.deadline - now, now)
-        return replace(res, degraded_from=given_up.model)
+        return replace(res, degraded_from=given_up.model, given_up_start=given_up.start)
 
     for node in graph.nodes:  # topological order: deps already have tasks
         tasks[node.id] = loop.create_task(run_node(node))

@@ -9,7 +9,11 @@ start to their last call's end; it lags by a query's latency); and ahead of it, 
 the backlog's excess wait: the queries in flight over the rate at which they completed in the
 last ``window_s``, less the EWMA of their calls' span (at a steady load the two cancel; when
 arrivals outrun the control plane, the queries in flight grow at once while completions do
-not). A new query cannot finish before that delay, so one whose budget the delay exceeds by more
+not). For a refusal the backlog is predicted at the throughput's upper 95 % Poisson bound, not
+its point estimate: a few seconds with few completions (a cold start, a replica's calls stalled
+by its death) are no evidence of a saturated control plane (docs/operations.md, the replica
+kill). A fallback's given-up call counts as agent-call time (``steps[].given_up_start_s``).
+A new query cannot finish before that delay, so one whose budget the delay exceeds by more
 than the admission margin is refused here, in this process, at once (HTTP 503 with
 Retry-After), never reaching the orchestrator. With no query in flight both are forgotten (an
 idle service admits; the next answers measure them again).
@@ -38,9 +42,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from scipy.special import gammaincinv
+
 from inframind_ray.config import AdaptiveInflightConfig
 from inframind_ray.core.request import ewma
 from inframind_ray.replica.predict import too_late
+
+REFUSAL_CONFIDENCE = 0.95  # the throughput's upper bound a backlog refusal is predicted at
 
 
 class IngressGate:
@@ -58,15 +66,20 @@ class IngressGate:
         self.span_s = 0.0  # EWMA of answered queries' span of agent calls
         self._done: deque[float] = deque(maxlen=100_000)  # completion instants (bounded)
 
-    def backlog_s(self) -> float:
+    def backlog_s(self, confidence: float | None = None) -> float:
         """Little's law's excess: ``inflight / throughput - span_s`` over the last
-        ``window_s`` (0 when nothing completed in it)."""
+        ``window_s`` (0 when nothing completed in it). The throughput is the completions' count
+        over the window, or with ``confidence`` its upper Poisson bound at that level (Garwood:
+        the gamma quantile of count + 1), so that the excess is one the evidence shows: a
+        refusal from a few seconds with few completions needs that many more in flight."""
         now = self.clock()
         while self._done and self._done[0] < now - self.window_s:
             self._done.popleft()
         if not self._done:
             return 0.0
-        return max(0.0, self.inflight * self.window_s / len(self._done) - self.span_s)
+        n = len(self._done)
+        done = n if confidence is None else float(gammaincinv(n + 1, confidence))
+        return max(0.0, self.inflight * self.window_s / done - self.span_s)
 
     @staticmethod
     def start_limit(max_inflight: int | None, adaptive: AdaptiveInflightConfig | None
@@ -81,9 +94,11 @@ class IngressGate:
             self._done.clear()
 
     def predicted_delay_s(self) -> float:
-        """The control plane's predicted delay for a new query: the larger of the two."""
+        """The control plane's predicted delay for a new query, what it is refused by: the
+        larger of the two, the backlog's at the throughput's upper ``REFUSAL_CONFIDENCE`` bound
+        (a refusal is final for its query; the adaptive bound steers by the point estimate)."""
         self._forget_if_idle()
-        return max(self.delay_s, self.backlog_s())
+        return max(self.delay_s, self.backlog_s(REFUSAL_CONFIDENCE))
 
     def limit(self) -> int | None:
         """The bound on queries in flight now (None: unbounded); steps it when due."""
@@ -122,7 +137,11 @@ class IngressGate:
             return None
         return {"http_status": 503, "retry_after": max(1, math.ceil(delay - budget_s)),
                 "error": f"the service is saturated: a new query is predicted to wait "
-                         f"{delay:.3g} s outside its agent calls, budget {budget_s:g} s"}
+                         f"{delay:.3g} s outside its agent calls, budget {budget_s:g} s "
+                         f"(measured {self.delay_s:.3g} s; backlog "
+                         f"{self.backlog_s(REFUSAL_CONFIDENCE):.3g} s: "
+                         f"{self.inflight} in flight, {len(self._done)} answered in the last "
+                         f"{self.window_s:g} s)"}
 
     def enter(self) -> float:
         """A query admitted and sent to the orchestrator; returns its start instant."""
@@ -136,7 +155,9 @@ class IngressGate:
         now = self.clock()
         self._done.append(now)
         steps = out.get("steps") or ()
-        if steps:
-            calls = max(s["end_s"] for s in steps) - min(s["start_s"] for s in steps)
+        if steps:  # a fallback's span starts at its given-up call's: both are agent calls
+            calls = max(s["end_s"] for s in steps) - min(
+                s["start_s"] if s.get("given_up_start_s") is None else s["given_up_start_s"]
+                for s in steps)
             self.span_s = ewma(self.span_s, calls)
             self.delay_s = ewma(self.delay_s, max(0.0, now - started - calls))

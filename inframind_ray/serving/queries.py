@@ -104,7 +104,10 @@ def response_body(res: QueryResult, policy: str, correct: bool | None) -> dict:
                    "end_s": round(s.end - q.arrival_s, 4),
                    "prompt_tokens": s.prompt_tokens,
                    "output_tokens": s.output_tokens,
-                   "degraded_from": s.degraded_from} for s in res.steps],
+                   "degraded_from": s.degraded_from,
+                   "given_up_start_s": (None if s.given_up_start is None
+                                        else round(s.given_up_start - q.arrival_s, 4))}
+                  for s in res.steps],
         "controller": {"stopped_early": res.stopped_early, "cancelled": list(res.cancelled),
                        "cancelled_calls": list(res.cancelled_calls),
                        "answer_from": list(res.answer_from),
