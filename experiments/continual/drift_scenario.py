@@ -57,6 +57,11 @@ SCENARIOS = {
                   (("gsm8k", 0.8), ("mmlu_pro", 0.2))),
 }
 CANARY_SHARE = 0.25  # the scenario's canary share (default 0.1): a shorter canary, same test
+# the live phase's items come from the train split, the window's from the test split: the
+# learner trains on the live rollouts, so a window of test items would otherwise repeat most
+# of them (306 and 322 of 400 in the runs of 2026-12-05 before this); the frozen policy was
+# trained on the train split too, so neither version is compared on items it trained on
+LIVE_SPLIT = "train"
 
 
 async def drive(url: str, wl: WorkloadSpec, arms: dict[str, dict],
@@ -110,10 +115,11 @@ def paired(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
 
 
 def write_configs(out: Path, scenario: str, rate: float, seed: int,  # noqa: ANN201
-                  explore_share: float = 0.0):
+                  explore_share: float = 0.0, lr: float | None = None):
     """The drifted pool file and the learner's config (the shipped continual.yaml with the
-    gate on and the scenario's workload for the replay gate); ``explore_share`` of the live
-    learned-policy queries explore (``serving.rollouts.explore_share``; the window does not)."""
+    gate on and the scenario's workload for the replay gate; ``lr``: its PPO step size instead
+    of the shipped one); ``explore_share`` of the live learned-policy queries explore
+    (``serving.rollouts.explore_share``; the window does not)."""
     drift, tasks = SCENARIOS[scenario]
     base = load_pool(HERE / "pool.yaml")
     s = base.serving.model_copy(update={
@@ -126,6 +132,8 @@ def write_configs(out: Path, scenario: str, rate: float, seed: int,  # noqa: ANN
     learner = yaml.safe_load((HERE.parents[1] / "rllib_configs/continual.yaml").read_text())
     scaled = [b * TIME_SCALE for b in A.BUDGET_RANGE_S]
     learner.update(deployment=str(pool_file), min_age_s=30 * TIME_SCALE)
+    if lr is not None:
+        learner["ppo"]["lr"] = lr
     learner["gate"].update(enabled=True)
     learner["gate"]["replay"].update(rate_per_min=rate, budget_range_s=scaled,
                                      tasks=[list(t) for t in tasks], seed=seed)
@@ -220,6 +228,8 @@ def main() -> None:
     ap.add_argument("--max-live-s", type=float, default=1500.0,
                     help="the most seconds of live traffic waiting for the first promotion")
     ap.add_argument("--window", type=int, default=400, help="queries per arm compared")
+    ap.add_argument("--lr", type=float, default=None,
+                    help="the learner's PPO step size (default: rllib_configs/continual.yaml's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--explore-share", type=float, default=0.0,
                     help="share of live learned-policy queries that explore (epsilon: the "
@@ -238,7 +248,7 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     cfg, tasks, learner_file = write_configs(out, args.scenario, args.rate, args.seed,
-                                             args.explore_share)
+                                             args.explore_share, args.lr)
     info = build_pool_info(cfg)
     reg = PolicyRegistry(out / "registry")
     frozen = reg.seed(DEFAULT_CHECKPOINT, info)
@@ -247,7 +257,7 @@ def main() -> None:
                  "drift": SCENARIOS[args.scenario][0].model_dump(), "tasks": tasks,
                  "time_scale": TIME_SCALE, "budget_range_s": scaled, "rate": args.rate,
                  "canary_share": CANARY_SHARE, "frozen": frozen,
-                 "explore_share": args.explore_share,
+                 "explore_share": args.explore_share, "learner_lr": args.lr,
                  "explore_epsilon": cfg.serving.rollouts.explore_epsilon}
     with open(SERVE_LOCK, "a") as lock:  # other runs bind these ports
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -271,7 +281,7 @@ def main() -> None:
 
             n_live = int(args.rate / 60 * args.max_live_s)
             live = asyncio.run(drive(session.url, WorkloadSpec(
-                args.rate, n_live, split="test", seed=args.seed, budget_range_s=scaled,
+                args.rate, n_live, split=LIVE_SPLIT, seed=args.seed, budget_range_s=scaled,
                 tasks=tasks), {"live": {}}, stop))["live"]
             t_end_live = time.time()
             os.killpg(learner.pid, signal.SIGINT)
@@ -319,8 +329,12 @@ def main() -> None:
                         set_active(reg, version, info)
                         wait_serving(session.orchestrator, version)
                         arms |= asyncio.run(drive(session.url, wl, {name: {}}))
+                seen = {(r["task"], r["item_id"]) for r in live}
                 doc["window"] = {
                     "queries": args.window, "seed": args.seed + 1, "mode": args.window_mode,
+                    "live_split": LIVE_SPLIT, "split": "test",
+                    "items_seen_live": sum((r["task"], r["item_id"]) in seen
+                                           for r in arms["frozen"]),
                     "goodput": paired(goodput(arms["continual"]), goodput(arms["frozen"])),
                     "slo_attainment": paired(
                         *(np.array([float(r["http_status"] == 200 and bool(r.get(
