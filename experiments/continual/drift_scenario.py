@@ -61,7 +61,7 @@ CANARY_SHARE = 0.25  # the scenario's canary share (default 0.1): a shorter cana
 # learner trains on the live rollouts, so a window of test items would otherwise repeat most
 # of them (306 and 322 of 400 in the runs of 2026-12-05 before this); the frozen policy was
 # trained on the train split too, so neither version is compared on items it trained on
-LIVE_SPLIT = "train"
+LIVE_SPLIT, WINDOW_SPLIT = "train", "test"
 
 
 async def drive(url: str, wl: WorkloadSpec, arms: dict[str, dict],
@@ -318,13 +318,13 @@ def main() -> None:
                     # offered load stays the live phase's), every query sent to each version
                     set_active(reg, frozen, info)
                     wait_serving(session.orchestrator, frozen)
-                    wl = WorkloadSpec(args.rate / 2, args.window, split="test",
+                    wl = WorkloadSpec(args.rate / 2, args.window, split=WINDOW_SPLIT,
                                       seed=args.seed + 1, budget_range_s=scaled, tasks=tasks)
                     arms = asyncio.run(drive(session.url, wl, {
                         name: {"policy_version": v} for name, v in versions.items()}))
                 else:  # one arm after the other, each at the live rate
-                    wl = WorkloadSpec(args.rate, args.window, split="test", seed=args.seed + 1,
-                                      budget_range_s=scaled, tasks=tasks)
+                    wl = WorkloadSpec(args.rate, args.window, split=WINDOW_SPLIT,
+                                      seed=args.seed + 1, budget_range_s=scaled, tasks=tasks)
                     for name, version in versions.items():
                         set_active(reg, version, info)
                         wait_serving(session.orchestrator, version)
@@ -332,7 +332,7 @@ def main() -> None:
                 seen = {(r["task"], r["item_id"]) for r in live}
                 doc["window"] = {
                     "queries": args.window, "seed": args.seed + 1, "mode": args.window_mode,
-                    "live_split": LIVE_SPLIT, "split": "test",
+                    "live_split": LIVE_SPLIT, "split": WINDOW_SPLIT,
                     "items_seen_live": sum((r["task"], r["item_id"]) in seen
                                            for r in arms["frozen"]),
                     "goodput": paired(goodput(arms["continual"]), goodput(arms["frozen"])),

@@ -97,8 +97,13 @@ class IngressGate:
         """The control plane's predicted delay for a new query, what it is refused by: the
         larger of the two, the backlog's at the throughput's upper ``REFUSAL_CONFIDENCE`` bound
         (a refusal is final for its query; the adaptive bound steers by the point estimate)."""
+        return self._delays()[0]
+
+    def _delays(self) -> tuple[float, float]:
+        """(the predicted delay, the backlog's part of it at ``REFUSAL_CONFIDENCE``)."""
         self._forget_if_idle()
-        return max(self.delay_s, self.backlog_s(REFUSAL_CONFIDENCE))
+        backlog = self.backlog_s(REFUSAL_CONFIDENCE)
+        return max(self.delay_s, backlog), backlog
 
     def limit(self) -> int | None:
         """The bound on queries in flight now (None: unbounded); steps it when due."""
@@ -132,14 +137,13 @@ class IngressGate:
         here by it would answer the 429s late, after their wait in the proxy."""
         if self.max_inflight is not None and self.inflight >= self.max_inflight:
             return {"http_status": 429, "error": "too many queries in flight", "retry_after": 1}
-        delay = self.predicted_delay_s()
+        delay, backlog = self._delays()
         if not too_late(delay, budget_s, self.margin):
             return None
         return {"http_status": 503, "retry_after": max(1, math.ceil(delay - budget_s)),
                 "error": f"the service is saturated: a new query is predicted to wait "
                          f"{delay:.3g} s outside its agent calls, budget {budget_s:g} s "
-                         f"(measured {self.delay_s:.3g} s; backlog "
-                         f"{self.backlog_s(REFUSAL_CONFIDENCE):.3g} s: "
+                         f"(measured {self.delay_s:.3g} s; backlog {backlog:.3g} s: "
                          f"{self.inflight} in flight, {len(self._done)} answered in the last "
                          f"{self.window_s:g} s)"}
 
