@@ -184,6 +184,61 @@ def test_the_newest_candidate_queues_behind_a_running_canary(reg, pool):
     assert st.states[v6] is VersionState.CANDIDATE
 
 
+def _gated(reg, version, goodput, config=None):
+    """Record a passed replay gate on ``version`` with twin goodput ``goodput`` (incumbent
+    0.90), as the gate writes it."""
+    reg.record_gate(version, "replay", {
+        "passed": True, "incumbent": "v0001", "config": config or {"seed": 0},
+        "pool_models": ["a", "b"],
+        "tests": [{"metric": "goodput", "candidate": goodput, "incumbent": 0.90,
+                   "diff": goodput - 0.90},
+                  {"metric": "slo_attainment", "candidate": 1.0, "incumbent": 1.0,
+                   "diff": 0.0}]})
+
+
+def test_the_best_twin_candidate_gets_the_canary(reg, pool):
+    """The learner's path chooses by the twin gate's goodput: a candidate better than the
+    running canary by more than the margin supersedes it, at most ``max_supersedes`` times
+    before a canary ends; a worse one does not displace a better queued one; a queued one
+    no better than the version that became active is dropped; scores from another gate
+    workload do not compare (the newer queues)."""
+    kw = {"actor": "learner", "queue": True, "supersede_margin": 0.02, "max_supersedes": 2}
+    v = {g: reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+         for g in (0.91, 0.925, 0.94, 0.97, 0.99, 0.95, 0.96)}
+    del v[0.91]  # the fixture's v0002 (never gated: no score) runs the first canary
+    for g, ver in v.items():
+        _gated(reg, ver, g)
+    reg.start_canary("v0002", pool, **kw)
+    st = reg.start_canary(v[0.925], pool, **kw)  # no score to beat: it queues
+    assert (st.canary, st.next_canary) == ("v0002", v[0.925])
+    _gated(reg, "v0002", 0.91)
+    st = reg.start_canary(v[0.94], pool, **kw)  # 0.94 > 0.91 + 0.02: supersedes the canary
+    assert (st.canary, st.next_canary, st.canary_supersedes) == (v[0.94], None, 1)
+    assert [e["op"] for e in st.log[-3:]] == ["canary_superseded", "canary_superseded",
+                                              "canary_start"]
+    assert st.log[-3]["version"] == "v0002" and st.log[-3]["running"] is True
+    assert st.states["v0002"] is VersionState.CANDIDATE
+    st = reg.start_canary(v[0.95], pool, **kw)  # within the margin of 0.94: queues
+    assert (st.canary, st.next_canary) == (v[0.94], v[0.95])
+    st = reg.start_canary(v[0.97], pool, **kw)  # second supersession: the bound's last
+    assert (st.canary, st.next_canary, st.canary_supersedes) == (v[0.97], None, 2)
+    st = reg.start_canary(v[0.99], pool, **kw)  # better, but the bound: queues instead
+    assert (st.canary, st.next_canary) == (v[0.97], v[0.99])
+    st = reg.start_canary(v[0.96], pool, **kw)  # worse than the queued one: not queued
+    assert st.next_canary == v[0.99] and st.log[-1]["op"] == "canary_not_queued"
+    st = reg.end_canary(v[0.97], True, "non-inferior", pool)
+    assert (st.active, st.canary, st.canary_supersedes) == (v[0.97], v[0.99], 0)
+    st = reg.start_canary(v[0.96], pool, **kw)  # 0.96 queued behind 0.99 ...
+    st = reg.end_canary(v[0.99], True, "non-inferior", pool)
+    assert st.active == v[0.99] and st.canary is None  # ... dropped: 0.99 serves
+    assert st.log[-1]["op"] == "canary_dropped" and "scores as high" in st.log[-1]["reason"]
+    other = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    _gated(reg, other, 0.999, config={"seed": 1})  # another workload: does not compare
+    reg.start_canary(v[0.95], pool, **kw)
+    st = reg.start_canary(other, pool, **kw)
+    assert (st.canary, st.next_canary) == (v[0.95], other)
+
+
 def test_orchestrator_runs_the_registrys_canary(reg, pool, tmp_path):
     """In process (no Ray): the registry's canary request starts a canary at the next sync;
     outcomes of a candidate that never answers right roll it back, with the reason in the event
@@ -256,6 +311,11 @@ def test_replay_gate_stops_the_inverted_candidate_and_passes_its_twin(reg, pool)
     queued = gate_then_canary(load_pool(POOL), reg, newer,
                               cfg=ReplayGateConfig(n_queries=20, rate_per_min=30.0))
     assert queued["canary"] == f"queued behind {good}" and reg.state().next_canary == newer
+    no_gain = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    kept = gate_then_canary(load_pool(POOL), reg, no_gain, min_gain=0.0,
+                            cfg=ReplayGateConfig(n_queries=20, rate_per_min=30.0))
+    assert kept["passed"] and kept["canary"].startswith("not requested: twin goodput +0.0000")
+    assert reg.state().next_canary == newer
 
 
 def test_cli_refusals_are_one_line(reg):

@@ -183,6 +183,9 @@ def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: fl
             a.plot([x, x], [0, 0.06], color="0.5" if e.get("passed") else "r", lw=1.2)
         elif e["op"] == "canary_start":
             started[e["version"]] = x
+        elif (e["op"] == "canary_superseded" and e.get("running")
+              and e["version"] in started):
+            a.axvspan(started.pop(e["version"]), x, color="orange", alpha=0.12)
         elif e["op"] in ("promote", "canary_rollback") and e["version"] in started:
             ok = e["op"] == "promote"
             a.axvspan(started.pop(e["version"]), x, color="g" if ok else "r", alpha=0.12)
@@ -193,7 +196,8 @@ def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: fl
         a.text(live_s, 0.9, f"canary {v}", fontsize=7, ha="right")
     a.set_xlabel("seconds of live traffic (ticks: candidates through the twin gate)")
     a.set_ylim(0, 1)
-    a.set_title("live phase: learner, gates, canaries (shaded)")
+    a.set_title("live phase: learner, gates, canaries (shaded; orange: superseded)",
+                fontsize=10)
     a.legend(fontsize=8, loc="lower right")
     for name, rows in arms.items():
         gg = goodput(rows)

@@ -77,22 +77,31 @@ def replay_gate(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
 
 
 def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
-                     cfg: ReplayGateConfig | None = None, canary: bool = True) -> dict:
-    """The automatic path of a new candidate: the replay gate, then (if it passed and
-    ``canary``) the canary request to the serving pool, queued behind a running canary (where
-    it supersedes an older queued candidate). Returns the gate's result with ``canary``:
-    "requested", "queued behind vN", or why not (failed gate, pinned version)."""
+                     cfg: ReplayGateConfig | None = None, canary: bool = True, *,
+                     min_gain: float | None = None, supersede_margin: float | None = None,
+                     max_supersedes: int = 0) -> dict:
+    """The automatic path of a new candidate: the replay gate, then (if it passed, ``canary``,
+    and its twin goodput is above the incumbent's by more than ``min_gain``; None: no such
+    condition) the canary request to the serving pool, which may supersede the running canary
+    or queue behind it (``PolicyRegistry.start_canary``). Returns the gate's result with
+    ``canary``: "requested", "queued behind vN", or why not."""
     out = replay_gate(pool, registry, candidate, cfg=cfg)
+    gain = next(t["diff"] for t in out["tests"] if t["metric"] == "goodput")
     if not out["passed"]:
         out["canary"] = "not requested: the replay gate failed"
+    elif canary and min_gain is not None and not gain > min_gain:
+        out["canary"] = (f"not requested: twin goodput {gain:+.4f} against {out['incumbent']}"
+                         f", not above {min_gain:g}")
     elif canary:
         from inframind_ray.pools.cards import build_pool_info
 
         try:
             st = registry.start_canary(candidate, build_pool_info(pool), actor="learner",
-                                       queue=True)
+                                       queue=True, supersede_margin=supersede_margin,
+                                       max_supersedes=max_supersedes)
             out["canary"] = ("requested" if st.canary == candidate
-                             else f"queued behind {st.canary}")
+                             else f"queued behind {st.canary}" if st.next_canary == candidate
+                             else f"not queued: {st.next_canary} scores higher in the twin")
         except RegistryError as e:
             out["canary"] = f"not requested: {e}"
     return out

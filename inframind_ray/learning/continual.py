@@ -20,8 +20,9 @@ past a stated age; younger off-policy data is corrected by PPO's clipped ratio).
 arrived), then the nets are saved, the batches' rollout ids are acknowledged together with that
 checkpoint (``Ledger.commit``), and the nets are registered as a candidate version (parent: the
 version most of the batch came from; data window; no gate results). A restart resumes from the
-ledger's checkpoint and skips what it acknowledged. Nothing here promotes: the gates of issue 20
-are not built.
+ledger's checkpoint and skips what it acknowledged. Nothing here promotes: with ``gate.enabled``
+a candidate goes through the twin replay gate and, if it passes with a gain, asks the serving
+pool for its canary (bench/replay_gate.py), whose test promotes or rejects it.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ class GateSettings(BaseModel):
     enabled: bool = Field(False, description="run the twin replay gate on candidates")
     every: int = Field(1, ge=1, description="gate every n-th iteration's candidate")
     canary: bool = Field(True, description="request the canary when the gate passes")
+    min_gain: float | None = Field(
+        0.0, ge=0, lt=1, description="request the canary only if the candidate's twin goodput "
+        "is above the incumbent's by more than this (None: any candidate that passes)")
+    supersede_margin: float | None = Field(
+        0.02, ge=0, lt=1, description="a passing candidate replaces the running canary if its "
+        "twin goodput is above the running one's by more than this (None: never)")
+    max_supersedes: int = Field(2, ge=0, description="running canaries superseded at most this "
+                                "often before one ends (so that a canary can finish)")
     replay: ReplayGateConfig = ReplayGateConfig()
 
 
@@ -284,7 +293,9 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
                    "skipped": dict(source.counts)}
             if cfg.gate.enabled and it % cfg.gate.every == 0:
                 g = gate_then_canary(deployment, registry, meta.version, cfg.gate.replay,
-                                     cfg.gate.canary)
+                                     cfg.gate.canary, min_gain=cfg.gate.min_gain,
+                                     supersede_margin=cfg.gate.supersede_margin,
+                                     max_supersedes=cfg.gate.max_supersedes)
                 row["gate"] = {"passed": g["passed"], "canary": g["canary"]}
             done += 1
             with (out / "metrics.jsonl").open("a") as f:

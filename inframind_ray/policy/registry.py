@@ -91,7 +91,8 @@ class RegistryState(BaseModel):
     pinned: str | None = None
     states: dict[str, VersionState] = {}
     canary: str | None = None  # the candidate a serving pool is to canary (serving/canary.py)
-    next_canary: str | None = None  # the newest candidate queued behind it (start_canary queue)
+    next_canary: str | None = None  # the best candidate queued behind it (start_canary queue)
+    canary_supersedes: int = 0  # running canaries superseded since a canary last ended
     log: list[dict] = []
 
 
@@ -285,13 +286,45 @@ class PolicyRegistry:
                                       passed=bool(result.get("passed"))))
         return meta
 
+    def twin_score(self, version: str) -> tuple[str, float] | None:
+        """The version's twin replay-gate goodput as (the gate's workload and pool, as a key;
+        the candidate's mean), or None (no passed gate). The twin replays the same seeded
+        queries for the same key, so two candidates' means under one key compare directly,
+        whichever incumbent each was gated against."""
+        gate = self.meta(version).gates.get("replay")
+        if not isinstance(gate, dict) or not gate.get("passed"):
+            return None
+        tests = {t.get("metric"): t for t in gate.get("tests", []) if isinstance(t, dict)}
+        if "goodput" not in tests:
+            return None
+        key = json.dumps([gate.get("config"), gate.get("pool_models")], sort_keys=True)
+        return key, float(tests["goodput"]["candidate"])
+
+    def _better(self, a: str, b: str, margin: float) -> bool | None:
+        """Whether ``a``'s twin score exceeds ``b``'s by more than ``margin``; None when the
+        two are not comparable (a score missing, or gated on different workloads)."""
+        sa, sb = self.twin_score(a), self.twin_score(b)
+        if sa is None or sb is None or sa[0] != sb[0]:
+            return None
+        return sa[1] > sb[1] + margin
+
     def start_canary(self, version: str, pool: PoolInfo, *, actor: str = "cli",
-                     queue: bool = False) -> RegistryState:
+                     queue: bool = False, supersede_margin: float | None = None,
+                     max_supersedes: int = 0) -> RegistryState:
         """Ask the serving pool to canary ``version`` (a candidate, checked first). Refused
-        while a version is pinned, or while another canary runs unless ``queue``: then it waits
-        as ``next_canary`` and starts when the running one ends; a newer queued candidate
-        supersedes an older one (the learner's newest candidate is the one worth a canary; the
-        older one stays a candidate, promotable by hand)."""
+        while a version is pinned, or while another canary runs unless ``queue`` (the
+        learner's path). Then, by the twin replay gate's goodput (``twin_score``):
+
+        - it **supersedes the running canary** if it beats it by more than
+          ``supersede_margin`` and fewer than ``max_supersedes`` running canaries were
+          superseded since a canary last ended (so that a canary can finish); the superseded
+          version stays a candidate;
+        - otherwise it **queues** as ``next_canary`` unless the queued one beats it (kept:
+          event ``canary_not_queued``); a queued one it displaces stays a candidate
+          (``canary_superseded``); without comparable scores the newer one queues.
+
+        When the running canary ends the queued one starts, unless the version then active
+        scores at least as high in the twin (dropped: no gain to test)."""
         with self._locked() as st:
             if version not in st.states:
                 raise VersionNotFound(f"no policy version {version!r} in {self.root}")
@@ -304,7 +337,24 @@ class PolicyRegistry:
             if st.canary is None:
                 st.canary = version
                 st.log.append(self._event("canary_start", version, actor))
-            elif st.canary != version and st.next_canary != version:
+            elif version in (st.canary, st.next_canary):
+                pass
+            elif (supersede_margin is not None and st.canary_supersedes < max_supersedes
+                  and self._better(version, st.canary, supersede_margin)):
+                st.log.append(self._event("canary_superseded", st.canary, actor, by=version,
+                                          running=True))
+                st.canary, st.canary_supersedes = version, st.canary_supersedes + 1
+                if st.next_canary is not None and not self._better(st.next_canary, version,
+                                                                   0.0):
+                    st.log.append(self._event("canary_superseded", st.next_canary, actor,
+                                              by=version))
+                    st.next_canary = None
+                st.log.append(self._event("canary_start", version, actor,
+                                          supersedes=st.canary_supersedes))
+            elif st.next_canary is not None and self._better(st.next_canary, version, 0.0):
+                st.log.append(self._event("canary_not_queued", version, actor,
+                                          behind=st.next_canary))
+            else:
                 if st.next_canary is not None:
                     st.log.append(self._event("canary_superseded", st.next_canary, actor,
                                               by=version))
@@ -326,7 +376,7 @@ class PolicyRegistry:
                     return st
                 except RegistryError as e:
                     reason = f"{reason}; not promoted: {e}"
-            st.canary = None
+            st.canary, st.canary_supersedes = None, 0
             st.states[version] = VersionState.REJECTED
             st.log.append(self._event("canary_rollback", version, actor, reason=reason))
             self._start_queued(st)
@@ -334,13 +384,20 @@ class PolicyRegistry:
 
     def _start_queued(self, st: RegistryState) -> None:
         """After a canary ends: the queued candidate's canary starts, unless it is no longer a
-        candidate (promoted or rejected by hand meanwhile) or a version is pinned (dropped)."""
+        candidate (promoted or rejected by hand meanwhile), a version is pinned, or the active
+        version scores at least as high in the twin (all three: dropped, it stays what it is)."""
         nxt, st.next_canary = st.next_canary, None
+        st.canary_supersedes = 0
         if nxt is None or st.canary is not None:
             return
-        if st.states.get(nxt) is not VersionState.CANDIDATE or st.pinned is not None:
-            st.log.append(self._event("canary_dropped", nxt, "registry",
-                                      reason="pinned" if st.pinned else "not a candidate"))
+        reason = ("pinned" if st.pinned is not None
+                  else "not a candidate" if st.states.get(nxt) is not VersionState.CANDIDATE
+                  else None)
+        if reason is None and st.active is not None and self._better(nxt, st.active,
+                                                                     0.0) is False:
+            reason = f"{st.active} scores as high in the twin replay gate"
+        if reason is not None:
+            st.log.append(self._event("canary_dropped", nxt, "registry", reason=reason))
             return
         st.canary = nxt
         st.log.append(self._event("canary_start", nxt, "registry", queued=True))
