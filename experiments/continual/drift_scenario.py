@@ -202,6 +202,9 @@ def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: fl
     for name, rows in arms.items():
         gg = goodput(rows)
         b.plot(np.arange(1, len(gg) + 1), np.cumsum(gg) / np.arange(1, len(gg) + 1), label=name)
+    if not arms:
+        b.text(0.5, 0.5, "no version was promoted in the live phase:\nno comparison window",
+               ha="center", va="center", transform=b.transAxes)
     b.set_xlabel("query of the comparison window")
     b.set_ylabel("cumulative goodput")
     title = "same arrivals after the drift: promoted vs frozen"
@@ -210,7 +213,8 @@ def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: fl
         title += f"\ndiff {gp['diff']:+.4f}, 95% CI [{gp['diff_95ci'][0]:+.4f}, " \
                  f"{gp['diff_95ci'][1]:+.4f}]"
     b.set_title(title, fontsize=10)
-    b.legend(fontsize=8)
+    if arms:
+        b.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "scenario.png", dpi=120)
 
