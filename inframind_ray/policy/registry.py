@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from inframind_ray.core.types import PoolInfo
 from inframind_ray.errors import InframindError
+from inframind_ray.policy.candidate_rank import TwinScore, beats, twin_score
 from inframind_ray.policy.learned import CheckpointError, LearnedPolicy
 
 STATE_FILE = "registry.json"
@@ -286,45 +287,19 @@ class PolicyRegistry:
                                       passed=bool(result.get("passed"))))
         return meta
 
-    def twin_score(self, version: str) -> tuple[str, float] | None:
-        """The version's twin replay-gate goodput as (the gate's workload and pool, as a key;
-        the candidate's mean), or None (no passed gate). The twin replays the same seeded
-        queries for the same key, so two candidates' means under one key compare directly,
-        whichever incumbent each was gated against."""
-        gate = self.meta(version).gates.get("replay")
-        if not isinstance(gate, dict) or not gate.get("passed"):
-            return None
-        tests = {t.get("metric"): t for t in gate.get("tests", []) if isinstance(t, dict)}
-        if "goodput" not in tests:
-            return None
-        key = json.dumps([gate.get("config"), gate.get("pool_models")], sort_keys=True)
-        return key, float(tests["goodput"]["candidate"])
-
-    def _better(self, a: str, b: str, margin: float) -> bool | None:
-        """Whether ``a``'s twin score exceeds ``b``'s by more than ``margin``; None when the
-        two are not comparable (a score missing, or gated on different workloads)."""
-        sa, sb = self.twin_score(a), self.twin_score(b)
-        if sa is None or sb is None or sa[0] != sb[0]:
-            return None
-        return sa[1] > sb[1] + margin
+    def _score(self, version: str | None) -> TwinScore | None:
+        return None if version is None else twin_score(self.meta(version).gates)
 
     def start_canary(self, version: str, pool: PoolInfo, *, actor: str = "cli",
                      queue: bool = False, supersede_margin: float | None = None,
                      max_supersedes: int = 0) -> RegistryState:
         """Ask the serving pool to canary ``version`` (a candidate, checked first). Refused
         while a version is pinned, or while another canary runs unless ``queue`` (the
-        learner's path). Then, by the twin replay gate's goodput (``twin_score``):
-
-        - it **supersedes the running canary** if it beats it by more than
-          ``supersede_margin`` and fewer than ``max_supersedes`` running canaries were
-          superseded since a canary last ended (so that a canary can finish); the superseded
-          version stays a candidate;
-        - otherwise it **queues** as ``next_canary`` unless the queued one beats it (kept:
-          event ``canary_not_queued``); a queued one it displaces stays a candidate
-          (``canary_superseded``); without comparable scores the newer one queues.
-
-        When the running canary ends the queued one starts, unless the version then active
-        scores at least as high in the twin (dropped: no gain to test)."""
+        learner's path). Then, by twin replay-gate goodput (``policy/candidate_rank.py``), it
+        supersedes the running canary if better by more than ``supersede_margin`` (fewer than
+        ``max_supersedes`` times since a canary last ended, so that one can finish), else
+        queues as ``next_canary`` unless the queued one scores higher (``canary_not_queued``;
+        without comparable scores the newer queues). Displaced versions stay candidates."""
         with self._locked() as st:
             if version not in st.states:
                 raise VersionNotFound(f"no policy version {version!r} in {self.root}")
@@ -334,24 +309,25 @@ class PolicyRegistry:
             if st.canary is not None and not queue:
                 raise RegistryError(f"a canary of {st.canary} is running")
             self.check(version, pool)
+            score = self._score(version)
             if st.canary is None:
                 st.canary = version
                 st.log.append(self._event("canary_start", version, actor))
             elif version in (st.canary, st.next_canary):
                 pass
             elif (supersede_margin is not None and st.canary_supersedes < max_supersedes
-                  and self._better(version, st.canary, supersede_margin)):
+                  and beats(score, self._score(st.canary), supersede_margin)):
                 st.log.append(self._event("canary_superseded", st.canary, actor, by=version,
                                           running=True))
                 st.canary, st.canary_supersedes = version, st.canary_supersedes + 1
-                if st.next_canary is not None and not self._better(st.next_canary, version,
-                                                                   0.0):
+                if st.next_canary is not None and not beats(self._score(st.next_canary),
+                                                            score, 0.0):
                     st.log.append(self._event("canary_superseded", st.next_canary, actor,
                                               by=version))
                     st.next_canary = None
                 st.log.append(self._event("canary_start", version, actor,
                                           supersedes=st.canary_supersedes))
-            elif st.next_canary is not None and self._better(st.next_canary, version, 0.0):
+            elif st.next_canary is not None and beats(self._score(st.next_canary), score, 0.0):
                 st.log.append(self._event("canary_not_queued", version, actor,
                                           behind=st.next_canary))
             else:
@@ -393,8 +369,7 @@ class PolicyRegistry:
         reason = ("pinned" if st.pinned is not None
                   else "not a candidate" if st.states.get(nxt) is not VersionState.CANDIDATE
                   else None)
-        if reason is None and st.active is not None and self._better(nxt, st.active,
-                                                                     0.0) is False:
+        if reason is None and beats(self._score(nxt), self._score(st.active), 0.0) is False:
             reason = f"{st.active} scores as high in the twin replay gate"
         if reason is not None:
             st.log.append(self._event("canary_dropped", nxt, "registry", reason=reason))
