@@ -175,9 +175,11 @@ def test_serve_routes_to_the_shortest_queue(session):
     h = serve.get_deployment_handle("model:small", "model:small")
 
     async def main():
-        # a new handle's first queue-length probes can time out (0.1 s) on loaded cores, and
-        # Serve then sends to the next rank, a busy replica (CI, 2026-12-03: the first probe
-        # waited 4.4 s): warm the handle up with short requests first
+        # a new handle's first queue-length probes can time out on loaded cores, and Serve
+        # then sends to the next rank: warm the handle up with short requests first. (The
+        # first probe waited 4.3-4.4 s behind a blocker in two CI runs, 2026-12-03 and 12-05:
+        # the blocker was still in transit when its replica's report was taken, which the
+        # router now reads from the report's latest arrival.)
         for i in range(3):
             await h.generate.remote(GenerateRequest(
                 f"warm{i}", "p", 2, time.time() + 30, strategy="flash", prompt_tokens_hint=10))
@@ -233,6 +235,12 @@ def test_router_counts_its_sends_since_each_replica_report():
     router.on_request_completed(reps[2].replica_id, "x")  # c's oldest send ends now
     assert router.snapshot(reps[2]).waiting == 1
     assert asyncio.run(router.choose_replicas(reps))[0] == [reps[2]]
+    # a send before b's report that had not reached b when it was taken (its latest arrival
+    # is older) is not in the report: it counts, and ends without being taken off
+    reps[1].routing_stats = {**reps[1].routing_stats, "timestamp": 103.0, "last_arrival": 100.9}
+    assert router.snapshot(reps[1]).waiting == 2  # 1 reported + the send at 101.0
+    router.on_request_completed(reps[1].replica_id, "y")  # 99.0's send ends: in the report
+    assert router.snapshot(reps[1]).waiting == 1
 
 
 # LAMaS's execution controller on both clocks: MoA on this pool is two proposers ("big",
@@ -352,7 +360,7 @@ def test_twin_and_serve_router_choose_the_same_replica():
     dep = DeploymentID("model:m", "inframind")
     now = time.time()
     served = [SimpleNamespace(replica_id=ReplicaID(f"r{i}", dep), routing_stats={
-        **routing_stats(s), "timestamp": now}) for i, s in enumerate(snaps)]
+        **routing_stats(s, now), "timestamp": now}) for i, s in enumerate(snaps)]
     serve_picks = []
     for d in due_in:
         req = SimpleNamespace(args=[GenerateRequest("p", "q", 10, now + d)],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -72,6 +73,7 @@ class ModelReplica:
         self.replica_id = ctx.replica_tag
         self.node_id = ray.get_runtime_context().get_node_id()
         self.push_enabled = True
+        self.last_arrival = 0.0  # epoch seconds of the latest generate call (router reports)
         self._orchestrator_names = orchestrator_names(self.pool.serving.standby_orchestrator)
         self._orchestrators: dict[str, Any] = {}
         self.metrics = ReplicaMetrics(self.model.name)
@@ -81,6 +83,7 @@ class ModelReplica:
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         """Admit (the shared replica layer) and run one request; never raises for a
         request-level failure."""
+        self.last_arrival = time.time()
         with self.tracing.tracer.start_as_current_span(
                 "replica_generate", context=extract(dict(req.trace_context)), attributes={
                     "model": self.model.name, "replica_id": self.replica_id,
@@ -109,7 +112,7 @@ class ModelReplica:
     def record_routing_stats(self) -> dict[str, Any]:
         """This replica's load for the model's request router (``serving.router``); Serve asks
         every ``metrics_period_s``."""
-        return routing_stats(self.snapshot())
+        return routing_stats(self.snapshot(), self.last_arrival)
 
     def set_push_enabled(self, enabled: bool) -> bool:
         """Stop or resume metric pushes (operators and staleness tests)."""

@@ -6,8 +6,10 @@ request router.
 Each replica reports its load (its ``LoadSnapshot``'s waiting + running, the EDF slacks of its
 queue, capacity and service-time EWMA, stamped) as Serve routing stats
 (``ModelReplica.record_routing_stats``, every ``metrics_period_s``); the router adds the requests
-it sent to a replica after that stamp and still in flight, and takes off those it saw end after
-the stamp (a request's end retires its replica's oldest send), so that requests
+it sent to a replica that the report cannot hold (sent after its stamp, or after the latest
+arrival it reports: still in transit when it was taken) and still in flight, and takes off
+those in the report it saw end after the stamp (a request's end retires its replica's oldest
+send), so that requests
 between two reports neither all join one queue nor avoid a queue that has just emptied.
 Requests sent since the report count as waiting ahead of the new one (their deadlines are not
 known here). Serve's own backpressure stays: the chosen replica is tried first, the others next.
@@ -32,12 +34,13 @@ from inframind_ray.core.types import LoadSnapshot
 from inframind_ray.replica.choice import earliest_finish
 
 
-def routing_stats(snap: LoadSnapshot) -> dict[str, Any]:
+def routing_stats(snap: LoadSnapshot, last_arrival: float) -> dict[str, Any]:
     """What a replica reports to the router: its queue lengths, EDF slacks, capacity and
-    service-time EWMA, and when they were taken."""
+    service-time EWMA, when they were taken, and when its latest request arrived (epoch
+    seconds; 0 before any)."""
     return {"waiting": snap.waiting, "running": snap.running, "timestamp": snap.timestamp,
             "waiting_slack_s": list(snap.waiting_slack_s), "capacity": snap.capacity,
-            "service_s": snap.service_s}
+            "service_s": snap.service_s, "last_arrival": last_arrival}
 
 
 def request_deadline(pending: PendingRequest | None) -> float:
@@ -52,9 +55,8 @@ class DeadlineRouter(FIFOMixin, RequestRouter):
     queue_len_response_deadline_s = 0.5
     """How long Serve waits for the chosen replica's queue length before it tries the next
     rank (Serve's default 0.1 s, doubled per retry up to 1 s). A probe is one actor call; on
-    the 2-core hosts this project is tested on it has taken longer than 0.1 s, and the
-    fallback then sent a request behind another replica's long call (the first request after
-    a replica's cache entry was empty waited 4.3-4.4 s in two CI runs). Falling back to a
+    the 2-core hosts this project is tested on it can take longer than 0.1 s, and the
+    fallback then sends a request behind another replica's long call. Falling back to a
     replica predicted to finish later gains a deadline router nothing, so it waits longer for
     the best one's answer, within Serve's 1 s cap."""
 
@@ -68,10 +70,14 @@ class DeadlineRouter(FIFOMixin, RequestRouter):
         it since then and still in flight, less those in the report that have ended since."""
         stats = replica.routing_stats or {}
         stamp = float(stats.get("timestamp", 0.0))
+        # a send can be in the report only if it arrived before the stamp: sent by then, and
+        # no later than the latest arrival the replica saw (a loaded host's actor call can
+        # take longer than the gap to the next report; CI, 2026-12-03 and 12-05)
+        seen = min(stamp, float(stats.get("last_arrival", stamp)))
         sent = self._sent.get(replica.replica_id, [])
-        sent[:] = [e for e in sent if e[1] > stamp]  # ended before the report: in it, or not
-        fresh = sum(t > stamp and end == math.inf for t, end in sent)
-        retired = sum(t <= stamp < end < math.inf for t, end in sent)
+        sent[:] = [e for e in sent if e[1] > stamp]  # ended before the report: not in it
+        fresh = sum(t > seen and end == math.inf for t, end in sent)
+        retired = sum(t <= seen and stamp < end < math.inf for t, end in sent)
         waiting = int(stats.get("waiting", 0)) + fresh - retired
         running = int(stats.get("running", 0)) + min(0, waiting)
         slacks = tuple(stats.get("waiting_slack_s", ()))[:max(0, waiting)]
