@@ -9,8 +9,9 @@ import torch
 import yaml
 from live_data import POOL, serve_queries, shipped_policy
 
+from inframind_ray.bench.replay_gate import ReplayGateConfig
 from inframind_ray.config import RolloutConfig
-from inframind_ray.learning.continual import ContinualConfig, learn
+from inframind_ray.learning.continual import ContinualConfig, GateSettings, learn
 from inframind_ray.learning.rollout_reader import Ledger
 from inframind_ray.learning.train_config import PPOSettings
 from inframind_ray.policy.learned import DEFAULT_CHECKPOINT
@@ -34,7 +35,8 @@ def test_learns_from_live_rollouts_and_resumes(ray_local, tmp_path):
     """PPO iterations on recorded rollouts (half of them scored useless by client feedback, a
     third drawn by exploration: each checked against its behaviour mix, none skipped):
     the candidate's parent and data window; trained weights; acknowledged rollouts; a restart
-    takes up from the ledger's checkpoint and trains on new rollouts only; nothing promoted."""
+    takes up from the ledger's checkpoint and trains on new rollouts only; a gated candidate that
+reaches no canary sends the learner back to the active version; nothing promoted."""
     served = shipped_policy()
     pool = served[0]
     records, reg = tmp_path / "rec", PolicyRegistry(tmp_path / "reg")
@@ -60,9 +62,23 @@ def test_learns_from_live_rollouts_and_resumes(ray_local, tmp_path):
     acked = Ledger(out / "ledger.json").acked
     assert len(acked) == first["acknowledged"] and acked <= set(written)
 
-    second = learn(cfg, out)  # a restart: from the ledger's checkpoint, the rest of the data
+    # a restart: from the ledger's checkpoint, the rest of the data; now gated (20 twin
+    # validation queries), and a gain no candidate can show (0.99), so that the candidate
+    # reaches no canary and, with reset_after 1, the learner starts again from the active v0001
+    gate = GateSettings(enabled=True, min_gain=0.99, reset_after=1,
+                        replay=ReplayGateConfig(n_queries=20, rate_per_min=30.0))
+    second = learn(cfg.model_copy(update={"gate": gate}), out)
     assert (second["iteration"], second["candidate"]) == (2, "v0003")
+    assert second["gate"]["canary"].startswith("not requested: twin goodput")
+    assert second["reset_to"] == "v0001" and reg.state().canary is None
     ledger = Ledger(out / "ledger.json")
     assert len(ledger.acked) == first["acknowledged"] + second["acknowledged"]
-    assert ledger.payload["checkpoint"].endswith("iter_2")
+    assert ledger.payload["iteration"] == 2 and ledger.payload["fruitless"] == 0
+    # the next restart resumes from the active version, not from the rejected candidate
+    assert ledger.payload["checkpoint"] == str(reg.path("v0001").resolve())
+    assert reg.meta("v0003").gates["replay"]["passed"] in (True, False)  # the gate ran on it
+    serve_queries(rec, served, 30, 50)  # more traffic: a third run starts from that checkpoint
+    rec.flush()
+    third = learn(cfg, out)
+    assert (third["iteration"], third["candidate"]) == (3, "v0004") and third["rollouts"] > 0
     assert reg.state().active == "v0001"  # candidates only: nothing is promoted

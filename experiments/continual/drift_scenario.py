@@ -160,9 +160,10 @@ def wait_serving(orch, version: str, timeout_s: float = 30) -> None:  # noqa: AN
 
 
 def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: float,
-         live_s: float, window: dict | None) -> None:
+         live_s: float, window: dict | None, learner: list[dict] = ()) -> None:
     """Left: live goodput with the learner's candidates (ticks: grey passed the twin gate,
-    red failed it), canaries (shaded) and promotions. Right: the comparison window."""
+    red failed it), its restarts from the active version (blue dashes), canaries (shaded) and
+    promotions. Right: the comparison window."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,10 +192,14 @@ def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: fl
             a.axvspan(started.pop(e["version"]), x, color="g" if ok else "r", alpha=0.12)
             a.text(x, 0.9, f"{'promote' if ok else 'rollback'} {e['version']}", fontsize=7,
                    ha="right")
+    for r in learner:
+        if r.get("reset_to") and "at" in r:
+            a.axvline(r["at"] - t_live, color="b", ls="--", lw=0.8, alpha=0.6)
     for v, x in started.items():
         a.axvspan(x, live_s, color="0.5", alpha=0.1)
         a.text(live_s, 0.8, f"canary {v}", fontsize=7, ha="right")
-    a.set_xlabel("seconds of live traffic (ticks: candidates through the twin gate)")
+    a.set_xlabel("seconds of live traffic (ticks: candidates through the twin gate; "
+                 "blue dashes: learner restarted from the active version)", fontsize=8)
     a.set_ylim(0, 1)
     a.set_title("live phase: learner, gates, canaries (shaded; orange: superseded)",
                 fontsize=10)
@@ -225,7 +230,7 @@ def replot(out: Path) -> None:
     q = json.loads((out / "queries.json").read_text())
     live = q.pop("live")
     plot(out, live, doc["registry_log"], q, doc["live_started_at"], doc["live_s"],
-         doc.get("window"))
+         doc.get("window"), doc.get("learner_metrics", []))
 
 
 def main() -> None:
@@ -359,7 +364,8 @@ def main() -> None:
         if (out / "learner" / "metrics.jsonl").exists() else []
     (out / "results.json").write_text(json.dumps(doc, indent=2, default=float))
     (out / "queries.json").write_text(json.dumps({"live": live, **arms}, default=float))
-    plot(out, live, st.log, arms, t_live, doc["live_s"], doc.get("window"))
+    plot(out, live, st.log, arms, t_live, doc["live_s"], doc.get("window"),
+         doc["learner_metrics"])
     print(json.dumps({k: doc.get(k) for k in ("promoted", "time_to_first_promotion_s",
                                               "live_goodput_by_version", "window")},
                      indent=2, default=float))

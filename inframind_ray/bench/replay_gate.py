@@ -89,10 +89,12 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     gain = next(t["diff"] for t in out["tests"] if t["metric"] == "goodput")
     if not out["passed"]:
         out["canary"] = "not requested: the replay gate failed"
-    elif canary and min_gain is not None and not gain > min_gain:
+    elif not canary:
+        out["canary"] = "not requested: canary off"
+    elif min_gain is not None and not gain > min_gain:
         out["canary"] = (f"not requested: twin goodput {gain:+.4f} against {out['incumbent']}"
                          f", not above {min_gain:g}")
-    elif canary:
+    else:
         from inframind_ray.pools.cards import build_pool_info
 
         try:

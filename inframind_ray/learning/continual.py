@@ -20,7 +20,10 @@ past a stated age; younger off-policy data is corrected by PPO's clipped ratio).
 arrived), then the nets are saved, the batches' rollout ids are acknowledged together with that
 checkpoint (``Ledger.commit``), and the nets are registered as a candidate version (parent: the
 version most of the batch came from; data window; no gate results). A restart resumes from the
-ledger's checkpoint and skips what it acknowledged. Nothing here promotes: with ``gate.enabled``
+ledger's checkpoint and skips what it acknowledged. After ``gate.reset_after`` gated candidates in
+a row that reached no canary, the learner's nets start again from the registry's active version
+(a run of failed gates means it has walked away from anything the gates let serve; the count
+and the restart point are in the ledger). Nothing here promotes: with ``gate.enabled``
 a candidate goes through the twin replay gate and, if it passes with a gain, asks the serving
 pool for its canary (bench/replay_gate.py), whose test promotes or rejects it.
 """
@@ -74,6 +77,10 @@ class GateSettings(BaseModel):
         "twin goodput is above the running one's by more than this (None: never)")
     max_supersedes: int = Field(2, ge=0, description="running canaries superseded at most this "
                                 "often before one ends (so that a canary can finish)")
+    reset_after: int | None = Field(
+        3, ge=1, description="after this many gated candidates in a row that reached no canary "
+        "(failed the twin gate, or no gain), the learner starts again from the registry's active "
+        "version: candidates stay within that many gated iterations of what serves (None: never)")
     replay: ReplayGateConfig = ReplayGateConfig()
 
 
@@ -100,6 +107,11 @@ class ContinualConfig(BaseModel):
 def load_continual_config(path: str | Path) -> ContinualConfig:
     """Read and validate a continual config; ConfigError with one line otherwise."""
     return validated(ContinualConfig, read_yaml(path, "config"), source=str(path))
+
+
+def reached_canary(gate: dict) -> bool:
+    """Whether a gated candidate went on to the canary (started it, or queued behind it)."""
+    return gate.get("canary") == "requested" or str(gate.get("canary", "")).startswith("queued")
 
 
 class LiveSource:
@@ -264,6 +276,7 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
     n = iterations if iterations is not None else cfg.ppo.iterations
     row: dict = {}
     it = int(ledger.payload.get("iteration", 0))
+    fruitless = int(ledger.payload.get("fruitless", 0))  # gated candidates in a row, no canary
     done = 0
     try:
         while n == 0 or done < n:
@@ -279,8 +292,9 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
             source.taken = []
             lam, mu = next(iter(algo.learner_group.foreach_learner(
                 lambda lr: (lr.lam, lr.mu)))).get()
-            ledger.commit(batch, {"iteration": it, "checkpoint": str(ckpt.resolve()),
-                                  "parent": parent, "lambda": lam, "mu": mu})
+            state = {"iteration": it, "checkpoint": str(ckpt.resolve()), "parent": parent,
+                     "lambda": lam, "mu": mu, "fruitless": fruitless}
+            ledger.commit(batch, state)
             ends = [e.rollout["end_epoch"] for e in used]
             versions = collections.Counter(e.rollout["policy_version"] for e in used)
             meta = registry.register(
@@ -288,8 +302,8 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
                 data_window=DataWindow(start=min(ends, default=None), end=max(ends, default=None),
                                        rollouts=len(used)),
                 note=f"continual {cfg.name} iteration {it}", actor="learner")
-            row = {"iteration": it, "candidate": meta.version, "rollouts": len(used),
-                   "acknowledged": len(batch.episodes), "lambda": lam,
+            row = {"iteration": it, "at": round(time.time(), 3), "candidate": meta.version,
+                   "rollouts": len(used), "acknowledged": len(batch.episodes), "lambda": lam,
                    "skipped": dict(source.counts)}
             if cfg.gate.enabled and it % cfg.gate.every == 0:
                 g = gate_then_canary(deployment, registry, meta.version, cfg.gate.replay,
@@ -297,6 +311,19 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
                                      supersede_margin=cfg.gate.supersede_margin,
                                      max_supersedes=cfg.gate.max_supersedes)
                 row["gate"] = {"passed": g["passed"], "canary": g["canary"]}
+                fruitful = reached_canary(g) if cfg.gate.canary else g["passed"]
+                fruitless = 0 if fruitful else fruitless + 1
+                if cfg.gate.reset_after is not None and fruitless >= cfg.gate.reset_after:
+                    active = registry.state().active
+                    back = registry.check(active, pool)
+                    _set_learner_nets(algo, {PLANNER: back.planner.state_dict(),
+                                             EXECUTOR: back.executor.state_dict()})
+                    fruitless, parent = 0, active
+                    row["reset_to"] = active
+                    state |= {"checkpoint": str(registry.path(active).resolve()),
+                              "parent": active}
+                ledger.commit(RolloutBatch(f"iter_{it}_gated", []), state | {
+                    "fruitless": fruitless})
             done += 1
             with (out / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
