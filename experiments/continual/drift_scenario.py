@@ -198,8 +198,8 @@ def plot(out: Path, live: list[dict], events: list[dict], arms: dict, t_live: fl
     for v, x in started.items():
         a.axvspan(x, live_s, color="0.5", alpha=0.1)
         a.text(live_s, 0.8, f"canary {v}", fontsize=7, ha="right")
-    a.set_xlabel("seconds of live traffic (ticks: candidates through the twin gate; "
-                 "blue dashes: learner restarted from the active version)", fontsize=8)
+    a.set_xlabel("seconds of live traffic (ticks: candidates through the twin gate;\n"
+                 "blue dashes: the learner restarted from the active version)", fontsize=9)
     a.set_ylim(0, 1)
     a.set_title("live phase: learner, gates, canaries (shaded; orange: superseded)",
                 fontsize=10)
