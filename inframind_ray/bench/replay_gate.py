@@ -84,8 +84,10 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     and its twin goodput is above the incumbent's by more than ``min_gain``; None: no such
     condition) the canary request to the serving pool, which may supersede the running canary
     or queue behind it (``PolicyRegistry.start_canary``). Returns the gate's result with
-    ``canary``: "requested", "queued behind vN", or why not."""
+    ``canary``: "requested", "queued behind vN", or why not, and ``canaried``: whether it
+    started the canary or queued for it."""
     out = replay_gate(pool, registry, candidate, cfg=cfg)
+    out["canaried"] = False
     gain = next(t["diff"] for t in out["tests"] if t["metric"] == "goodput")
     if not out["passed"]:
         out["canary"] = "not requested: the replay gate failed"
@@ -101,6 +103,7 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
             st = registry.start_canary(candidate, build_pool_info(pool), actor="learner",
                                        queue=True, supersede_margin=supersede_margin,
                                        max_supersedes=max_supersedes)
+            out["canaried"] = candidate in (st.canary, st.next_canary)
             out["canary"] = ("requested" if st.canary == candidate
                              else f"queued behind {st.canary}" if st.next_canary == candidate
                              else f"not queued: {st.next_canary} scores higher in the twin")

@@ -109,11 +109,6 @@ def load_continual_config(path: str | Path) -> ContinualConfig:
     return validated(ContinualConfig, read_yaml(path, "config"), source=str(path))
 
 
-def reached_canary(gate: dict) -> bool:
-    """Whether a gated candidate went on to the canary (started it, or queued behind it)."""
-    return gate.get("canary") == "requested" or str(gate.get("canary", "")).startswith("queued")
-
-
 class LiveSource:
     """What the runner reads from: the reader, the registry's behaviour versions, and the
     batches handed out since the last commit."""
@@ -311,19 +306,19 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
                                      supersede_margin=cfg.gate.supersede_margin,
                                      max_supersedes=cfg.gate.max_supersedes)
                 row["gate"] = {"passed": g["passed"], "canary": g["canary"]}
-                fruitful = reached_canary(g) if cfg.gate.canary else g["passed"]
-                fruitless = 0 if fruitful else fruitless + 1
-                if cfg.gate.reset_after is not None and fruitless >= cfg.gate.reset_after:
+                fruitful = g["canaried"] if cfg.gate.canary else g["passed"]
+                gated = state | {"fruitless": 0 if fruitful else fruitless + 1}
+                if cfg.gate.reset_after is not None and gated["fruitless"] >= cfg.gate.reset_after:
                     active = registry.state().active
                     back = registry.check(active, pool)
                     _set_learner_nets(algo, {PLANNER: back.planner.state_dict(),
                                              EXECUTOR: back.executor.state_dict()})
-                    fruitless, parent = 0, active
-                    row["reset_to"] = active
-                    state |= {"checkpoint": str(registry.path(active).resolve()),
-                              "parent": active}
-                ledger.commit(RolloutBatch(f"iter_{it}_gated", []), state | {
-                    "fruitless": fruitless})
+                    parent = row["reset_to"] = active
+                    gated |= {"fruitless": 0, "parent": active,
+                              "checkpoint": str(registry.path(active).resolve())}
+                if gated != state:  # the learner's state after the gate, if it changed
+                    ledger.commit(RolloutBatch(f"iter_{it}_gated", []), gated)
+                fruitless = gated["fruitless"]
             done += 1
             with (out / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -83,7 +82,7 @@ class ModelReplica:
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         """Admit (the shared replica layer) and run one request; never raises for a
         request-level failure."""
-        self.last_arrival = time.time()
+        self.last_arrival = WALL_CLOCK.now()
         with self.tracing.tracer.start_as_current_span(
                 "replica_generate", context=extract(dict(req.trace_context)), attributes={
                     "model": self.model.name, "replica_id": self.replica_id,
