@@ -307,14 +307,17 @@ def test_replay_gate_stops_the_inverted_candidate_and_passes_its_twin(reg, pool)
                             cfg=ReplayGateConfig(n_queries=20, rate_per_min=30.0))
     assert same["passed"] and all(t["diff"] == 0 for t in same["tests"]), same["tests"]
     assert same["canary"] == "requested" and reg.state().canary == good
+    assert same["eligible"] and same["canaried"]
     newer = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
     queued = gate_then_canary(load_pool(POOL), reg, newer,
                               cfg=ReplayGateConfig(n_queries=20, rate_per_min=30.0))
     assert queued["canary"] == f"queued behind {good}" and reg.state().next_canary == newer
+    assert queued["eligible"] and queued["canaried"]
     no_gain = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
     kept = gate_then_canary(load_pool(POOL), reg, no_gain, min_gain=0.0,
                             cfg=ReplayGateConfig(n_queries=20, rate_per_min=30.0))
     assert kept["passed"] and kept["canary"].startswith("not requested: twin goodput +0.0000")
+    assert not kept["eligible"] and not kept["canaried"]
     assert reg.state().next_canary == newer
 
 

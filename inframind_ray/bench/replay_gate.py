@@ -84,10 +84,11 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     and its twin goodput is above the incumbent's by more than ``min_gain``; None: no such
     condition) the canary request to the serving pool, which may supersede the running canary
     or queue behind it (``PolicyRegistry.start_canary``). Returns the gate's result with
-    ``canary``: "requested", "queued behind vN", or why not, and ``canaried``: whether it
-    started the canary or queued for it."""
+    ``canary``: "requested", "queued behind vN", or why not; ``eligible``: it passed with the
+    gain the canary asks for (whether or not the queue then took it); ``canaried``: it started
+    the canary or queued for it."""
     out = replay_gate(pool, registry, candidate, cfg=cfg)
-    out["canaried"] = False
+    out["canaried"] = out["eligible"] = False
     gain = next(t["diff"] for t in out["tests"] if t["metric"] == "goodput")
     if not out["passed"]:
         out["canary"] = "not requested: the replay gate failed"
@@ -99,6 +100,7 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     else:
         from inframind_ray.pools.cards import build_pool_info
 
+        out["eligible"] = True
         try:
             st = registry.start_canary(candidate, build_pool_info(pool), actor="learner",
                                        queue=True, supersede_margin=supersede_margin,

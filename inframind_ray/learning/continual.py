@@ -21,11 +21,12 @@ arrived), then the nets are saved, the batches' rollout ids are acknowledged tog
 checkpoint (``Ledger.commit``), and the nets are registered as a candidate version (parent: the
 version most of the batch came from; data window; no gate results). A restart resumes from the
 ledger's checkpoint and skips what it acknowledged. After ``gate.reset_after`` gated candidates in
-a row that reached no canary, the learner's nets start again from the registry's active version
-(a run of failed gates means it has walked away from anything the gates let serve; the count
-and the restart point are in the ledger). Nothing here promotes: with ``gate.enabled``
-a candidate goes through the twin replay gate and, if it passes with a gain, asks the serving
-pool for its canary (bench/replay_gate.py), whose test promotes or rejects it.
+a row that failed the gate or showed no gain, the learner's nets start again from the
+registry's active version (a run of failed gates means it has walked away from anything the
+gates let serve; the count and the restart point are in the ledger). Nothing here promotes:
+with ``gate.enabled`` a candidate goes through the twin replay gate and, if it passes with a
+gain, asks the serving pool for its canary (bench/replay_gate.py), whose test promotes or
+rejects it.
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ class GateSettings(BaseModel):
     max_supersedes: int = Field(2, ge=0, description="running canaries superseded at most this "
                                 "often before one ends (so that a canary can finish)")
     reset_after: int | None = Field(
-        3, ge=1, description="after this many gated candidates in a row that reached no canary "
-        "(failed the twin gate, or no gain), the learner starts again from the registry's active "
+        3, ge=1, description="after this many gated candidates in a row that failed the twin gate "
+        "or showed no gain (one with a gain, not queued behind a better one, counts as "
+        "fruitful), the learner starts again from the registry's active "
         "version: candidates stay within that many gated iterations of what serves (None: never)")
     replay: ReplayGateConfig = ReplayGateConfig()
 
@@ -306,7 +308,9 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
                                      supersede_margin=cfg.gate.supersede_margin,
                                      max_supersedes=cfg.gate.max_supersedes)
                 row["gate"] = {"passed": g["passed"], "canary": g["canary"]}
-                fruitful = g["canaried"] if cfg.gate.canary else g["passed"]
+                # fruitless: failed the gate or no gain; a candidate with a gain that only
+                # lost its place in the canary queue to a better one has not walked away
+                fruitful = g["eligible"] if cfg.gate.canary else g["passed"]
                 gated = state | {"fruitless": 0 if fruitful else fruitless + 1}
                 if cfg.gate.reset_after is not None and gated["fruitless"] >= cfg.gate.reset_after:
                     active = registry.state().active
