@@ -321,6 +321,28 @@ def test_replay_gate_stops_the_inverted_candidate_and_passes_its_twin(reg, pool)
     assert reg.state().next_canary == newer
 
 
+def test_a_canary_needs_a_gain_the_twin_resolves():
+    """gain_shown on real paired tests: +1 point from 4 of 300 queries passes by its mean but
+    not by its lower bound; +10 points from 30 of 300 passes both; no gain passes neither."""
+    from inframind_ray.bench.replay_gate import gain_shown
+    from inframind_ray.policy.gate_stats import paired_noninferiority
+
+    def test(wins: int, losses: int, n: int = 300) -> dict:
+        inc, cand = np.zeros(n), np.zeros(n)
+        cand[:wins] = 1
+        inc[wins:wins + losses] = 1
+        return paired_noninferiority("goodput", cand, inc, 0.02, 0.05).as_dict()
+
+    small, large, none = test(4, 1), test(30, 0), test(2, 2)
+    assert gain_shown(small, 0.0, "mean")[0] and not gain_shown(small, 0.0, "lower")[0]
+    assert "lower bound" in gain_shown(small, 0.0, "lower")[1]
+    assert gain_shown(large, 0.0, "lower")[0] and gain_shown(large, 0.0, "mean")[0]
+    assert not gain_shown(none, 0.0, "mean")[0] and not gain_shown(none, 0.0, "lower")[0]
+    assert not gain_shown(large, 0.2, "lower")[0]  # 0.1 is not above a min_gain of 0.2
+    with pytest.raises(ValueError, match="gain_evidence"):
+        gain_shown(large, 0.0, "median")
+
+
 def test_cli_refusals_are_one_line(reg):
     from inframind_ray.cli import app
 

@@ -76,27 +76,43 @@ def replay_gate(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     return out
 
 
+def gain_shown(test: dict, min_gain: float, evidence: str = "mean") -> tuple[bool, str]:
+    """Whether a replay-gate goodput test (``PairedResult.as_dict``) shows a gain above
+    ``min_gain``: by its mean difference (``mean``), or by its one-sided (1 - alpha) lower
+    bound (``lower``: a gain the gate's queries resolve, not one within their noise); and, if
+    not, why (one line)."""
+    if evidence not in ("mean", "lower"):
+        raise ValueError(f"gain_evidence must be mean or lower, got {evidence!r}")
+    if evidence == "mean":
+        return test["diff"] > min_gain, (f"twin goodput {test['diff']:+.4f}, not above "
+                                         f"{min_gain:g}")
+    return test["lower"] > min_gain, (
+        f"twin goodput {test['diff']:+.4f}, its one-sided {1 - test['alpha']:.0%} lower bound "
+        f"{test['lower']:+.4f} not above {min_gain:g}")
+
+
 def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
                      cfg: ReplayGateConfig | None = None, canary: bool = True, *,
                      min_gain: float | None = None, supersede_margin: float | None = None,
-                     max_supersedes: int = 0) -> dict:
+                     max_supersedes: int = 0, gain_evidence: str = "mean") -> dict:
     """The automatic path of a new candidate: the replay gate, then (if it passed, ``canary``,
-    and its twin goodput is above the incumbent's by more than ``min_gain``; None: no such
-    condition) the canary request to the serving pool, which may supersede the running canary
-    or queue behind it (``PolicyRegistry.start_canary``). Returns the gate's result with
-    ``canary``: "requested", "queued behind vN", or why not; ``eligible``: it passed with the
-    gain the canary asks for (whether or not the queue then took it); ``canaried``: it started
-    the canary or queued for it."""
+    and its twin goodput gain over the incumbent is above ``min_gain`` by ``gain_evidence``,
+    see :func:`gain_shown`; None: no such condition) the canary request to the serving pool,
+    which may supersede the running canary or queue behind it
+    (``PolicyRegistry.start_canary``). Returns the gate's result with ``canary``: "requested",
+    "queued behind vN", or why not; ``eligible``: it passed with the gain the canary asks for
+    (whether or not the queue then took it); ``canaried``: it started the canary or queued for
+    it."""
     out = replay_gate(pool, registry, candidate, cfg=cfg)
     out["canaried"] = out["eligible"] = False
-    gain = next(t["diff"] for t in out["tests"] if t["metric"] == "goodput")
+    shown, why = (True, "") if min_gain is None else gain_shown(
+        next(t for t in out["tests"] if t["metric"] == "goodput"), min_gain, gain_evidence)
     if not out["passed"]:
         out["canary"] = "not requested: the replay gate failed"
     elif not canary:
         out["canary"] = "not requested: canary off"
-    elif min_gain is not None and not gain > min_gain:
-        out["canary"] = (f"not requested: twin goodput {gain:+.4f} against {out['incumbent']}"
-                         f", not above {min_gain:g}")
+    elif not shown:
+        out["canary"] = f"not requested: {why} against {out['incumbent']}"
     else:
         from inframind_ray.pools.cards import build_pool_info
 

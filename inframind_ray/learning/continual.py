@@ -37,6 +37,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -73,6 +74,10 @@ class GateSettings(BaseModel):
     min_gain: float | None = Field(
         0.0, ge=0, lt=1, description="request the canary only if the candidate's twin goodput "
         "is above the incumbent's by more than this (None: any candidate that passes)")
+    gain_evidence: Literal["mean", "lower"] = Field(
+        "lower", description="how the twin must show the gain over min_gain: lower, its "
+        "one-sided (1 - replay.alpha) lower bound (a gain the gate resolves); mean, its mean "
+        "difference (noise-level gains pass: docs/continual.md, the slowed-480 runs)")
     supersede_margin: float | None = Field(
         0.02, ge=0, lt=1, description="a passing candidate replaces the running canary if its "
         "twin goodput is above the running one's by more than this (None: never)")
@@ -305,6 +310,7 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
             if cfg.gate.enabled and it % cfg.gate.every == 0:
                 g = gate_then_canary(deployment, registry, meta.version, cfg.gate.replay,
                                      cfg.gate.canary, min_gain=cfg.gate.min_gain,
+                                     gain_evidence=cfg.gate.gain_evidence,
                                      supersede_margin=cfg.gate.supersede_margin,
                                      max_supersedes=cfg.gate.max_supersedes)
                 row["gate"] = {"passed": g["passed"], "canary": g["canary"]}
