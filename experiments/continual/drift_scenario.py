@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import fcntl
 import json
 import os
@@ -143,17 +144,24 @@ def write_configs(out: Path, scenario: str, rate: float, seed: int,  # noqa: ANN
 
 
 def set_active(reg: PolicyRegistry, version: str, info) -> None:  # noqa: ANN001
-    """Make ``version`` active and pinned (no canary can run: the comparison's arms are
-    pure)."""
+    """Make ``version`` active and pinned, and end a canary still running (a pin refuses new
+    canaries but lets a running one finish: until 2026-12-05 16:40 its share of a sequential
+    window's continual arm went to that candidate): the comparison's arms are pure."""
     reg.unpin(actor="scenario")
     if reg.state().active != version:
         reg.promote(version, info, actor="scenario")
     reg.pin(version, actor="scenario")
+    running = reg.state().canary
+    if running is not None:
+        reg.end_canary(running, False, "stopped for the scenario's window: each arm serves one "
+                       "version", info, actor="scenario")
 
 
 def wait_serving(orch, version: str, timeout_s: float = 30) -> None:  # noqa: ANN001
+    """Until the orchestrator serves ``version`` and runs no canary."""
     t = time.monotonic()
-    while ray.get(orch.state.remote()).get("policy_version") != version:
+    while (st := ray.get(orch.state.remote())).get("policy_version") != version or st.get(
+            "canary") is not None:
         if time.monotonic() - t > timeout_s:
             raise RuntimeError(f"the pool did not swap to {version} in {timeout_s:g} s")
         time.sleep(0.5)
@@ -352,7 +360,9 @@ def main() -> None:
                     "slo_attainment": paired(
                         *(np.array([float(r["http_status"] == 200 and bool(r.get(
                             "within_budget"))) for r in arms[a]]) for a in arms)),
-                    "not_200": {a: sum(r["http_status"] != 200 for r in arms[a]) for a in arms}}
+                    "not_200": {a: sum(r["http_status"] != 200 for r in arms[a]) for a in arms},
+                    "versions_served": {a: dict(collections.Counter(
+                        str(r.get("policy_version")) for r in arms[a])) for a in arms}}
         finally:
             if learner is not None and learner.poll() is None:
                 os.killpg(learner.pid, signal.SIGKILL)
