@@ -20,9 +20,19 @@ from inframind_ray import assumptions as A
 from inframind_ray.bench.runner import CellSpec, run_cell
 from inframind_ray.config import load_pool
 from inframind_ray.serving.drift import apply_to_config
+from inframind_ray.tasks.workload import MMLU_ONLY, WorkloadSpec
 
 POLICIES = ("inframind", "always-strongest", "static-task", "infra-heuristic", "infra-topology",
             "priced-topology", "oracle")
+SCALED_BUDGETS = tuple(b * TIME_SCALE for b in A.BUDGET_RANGE_S)  # the scenario's budgets
+
+
+def twin_cell(pool, policy: str, wl: WorkloadSpec,  # noqa: ANN001
+              checkpoint: str | None = None) -> tuple[float, float]:
+    """Goodput and SLO attainment of one twin cell."""
+    q = run_cell(CellSpec(pool=pool, policy=policy, workload=wl, checkpoint=checkpoint)).queries
+    return (float(np.mean([x["correct"] and x["within_budget"] for x in q])),
+            float(np.mean([x["within_budget"] for x in q])))
 
 
 def main() -> None:
@@ -37,9 +47,6 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=400, help="queries per cell")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-
-    from inframind_ray.tasks.workload import MMLU_ONLY, WorkloadSpec
-
     pool = load_pool(HERE / "pool.yaml")
     if args.scenario == "none":
         tasks = MMLU_ONLY if not args.tasks else tuple(
@@ -47,16 +54,14 @@ def main() -> None:
     else:
         drift, tasks = SCENARIOS[args.scenario]
         pool = apply_to_config(pool, drift)
-    scaled = tuple(b * TIME_SCALE for b in A.BUDGET_RANGE_S)
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = {}
     for p in args.policies.split(","):
         g = []
         for s in seeds:
             wl = WorkloadSpec(args.rate, args.n, split=WINDOW_SPLIT, seed=s,
-                              budget_range_s=scaled, tasks=tuple(tasks))
-            q = run_cell(CellSpec(pool=pool, policy=p, workload=wl)).queries
-            g.append(float(np.mean([float(x["correct"] and x["within_budget"]) for x in q])))
+                              budget_range_s=SCALED_BUDGETS, tasks=tuple(tasks))
+            g.append(twin_cell(pool, p, wl)[0])
         rows[p] = g
     ref = np.array(rows.get("inframind", next(iter(rows.values()))))
     print(f"scenario {args.scenario}, {args.rate:g} req/min, {args.n} queries x seeds {seeds}\n")

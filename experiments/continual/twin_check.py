@@ -8,10 +8,8 @@ at 480 req/min with budgets x 0.1. Goodput and SLO attainment per version.
 
 import sys
 
-import numpy as np
+from headroom import SCALED_BUDGETS, twin_cell
 
-from inframind_ray import assumptions as A
-from inframind_ray.bench.runner import CellSpec, run_cell
 from inframind_ray.config import load_pool
 from inframind_ray.tasks.workload import MMLU_ONLY, WorkloadSpec
 
@@ -23,18 +21,16 @@ def main() -> None:
         sys.exit("usage: twin_check.py RUN_DIR VERSION [VERSION ...]")
     run = sys.argv[1]
     pool = load_pool(f"{run}/pool.yaml")
-    sc = tuple(b * 0.1 for b in A.BUDGET_RANGE_S)
     cells = {"the gate's (val, 300, seed 0)": ("val", 300, 0),
              "val, 2,000, seed 0": ("val", 2000, 0),
              "like the window (test, 2,000, seed 1)": ("test", 2000, 1)}
     for name, (split, n, seed) in cells.items():
-        wl = WorkloadSpec(RATE, n, split=split, seed=seed, budget_range_s=sc, tasks=MMLU_ONLY)
+        wl = WorkloadSpec(RATE, n, split=split, seed=seed, budget_range_s=SCALED_BUDGETS,
+                          tasks=MMLU_ONLY)
         res = []
         for v in sys.argv[2:]:
-            q = run_cell(CellSpec(pool=pool, policy="inframind", workload=wl,
-                                  checkpoint=f"{run}/registry/versions/{v}")).queries
-            gp = np.mean([x["correct"] and x["within_budget"] for x in q])
-            res.append(f"{v} goodput {gp:.4f} SLO {np.mean([x['within_budget'] for x in q]):.4f}")
+            gp, slo = twin_cell(pool, "inframind", wl, f"{run}/registry/versions/{v}")
+            res.append(f"{v} goodput {gp:.4f} SLO {slo:.4f}")
         print(f"{name}: " + "; ".join(res), flush=True)
 
 
