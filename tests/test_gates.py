@@ -321,6 +321,53 @@ def test_replay_gate_stops_the_inverted_candidate_and_passes_its_twin(reg, pool)
     assert reg.state().next_canary == newer
 
 
+def test_a_gain_is_confirmed_on_a_fresh_draw_before_the_canary(reg, pool):
+    """With ``confirm``, a candidate whose gain the gate shows is replayed on its own draw of
+    validation queries (the gate's seed + 1 + its number, against the same incumbent, recorded
+    as ``gates.replay_confirm``) and the canary follows that draw's verdict. A copy of the
+    incumbent with ``min_gain`` below 0 shows the "gain" on both draws and gets the canary;
+    with ``min_gain`` 0 it shows none and is not replayed again. Four twin cells of 20
+    validation queries, then two. The verdict itself on real paired tests: a gain on the
+    confirmation draw passes; none, or a failed gate there, does not, with a one-line reason."""
+    from inframind_ray.bench.replay_gate import (
+        ReplayGateConfig,
+        confirm_seed,
+        confirmed,
+        gate_then_canary,
+    )
+
+    cfg = ReplayGateConfig(n_queries=20, rate_per_min=30.0, seed=5)
+    copy = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    out = gate_then_canary(load_pool(POOL), reg, copy, cfg=cfg, min_gain=-0.5,
+                           gain_evidence="lower", confirm=True)
+    again = reg.meta(copy).gates["replay_confirm"]
+    assert again["config"]["seed"] == confirm_seed(cfg, copy) == 5 + 1 + 3
+    assert again["config"]["split"] == "val" and again["incumbent"] == "v0001"
+    assert out["confirm"]["tests"][0]["n"] == 20
+    assert out["eligible"] and out["canary"] == "requested" and reg.state().canary == copy
+    same = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    kept = gate_then_canary(load_pool(POOL), reg, same, cfg=cfg, min_gain=0.0,
+                            gain_evidence="lower", confirm=True)
+    assert "confirm" not in kept and "replay_confirm" not in reg.meta(same).gates
+    assert not kept["eligible"] and "lower bound" in kept["canary"]
+
+    def result(wins: int, losses: int, slo_losses: int = 0, n: int = 300) -> dict:
+        inc, cand, slo = np.zeros(n), np.zeros(n), np.ones(n)
+        cand[:wins] = 1
+        inc[wins:wins + losses] = 1
+        slo[:slo_losses] = 0
+        tests = [paired_noninferiority("goodput", cand, inc, 0.02, 0.05).as_dict(),
+                 paired_noninferiority("slo_attainment", slo, np.ones(n), 0.02, 0.05).as_dict()]
+        return {"passed": all(t["passed"] for t in tests), "tests": tests,
+                "config": {"seed": 9}}
+
+    assert confirmed(result(30, 0), 0.0, "lower") == (True, "")
+    ok, why = confirmed(result(2, 2), 0.0, "lower")
+    assert not ok and why.startswith("not confirmed on fresh queries (seed 9)") and "lower" in why
+    ok, why = confirmed(result(30, 0, slo_losses=60), 0.0, "lower")
+    assert not ok and why.endswith("the replay gate failed")
+
+
 def test_a_canary_needs_a_gain_the_twin_resolves():
     """gain_shown on real paired tests: +1 point from 4 of 300 queries passes by its mean but
     not by its lower bound; +10 points from 30 of 300 passes both; no gain passes neither."""

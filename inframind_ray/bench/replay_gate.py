@@ -7,6 +7,7 @@ current model cards and profiles), with the one-sided non-inferiority test of
 from __future__ import annotations
 
 import time
+import zlib
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -91,22 +92,56 @@ def gain_shown(test: dict, min_gain: float, evidence: str = "mean") -> tuple[boo
         f"{test['lower']:+.4f} not above {min_gain:g}")
 
 
+def confirm_seed(cfg: ReplayGateConfig, candidate: str) -> int:
+    """The confirmation replay's seed: the gate's seed plus the version's number (``v0014``:
+    +14), so every candidate is confirmed on its own draw, never on the gate's."""
+    digits = "".join(c for c in candidate if c.isdigit())
+    return cfg.seed + 1 + (int(digits) if digits else zlib.crc32(candidate.encode()) % 10**6)
+
+
+def _goodput(result: dict) -> dict:
+    return next(t for t in result["tests"] if t["metric"] == "goodput")
+
+
+def confirmed(again: dict, min_gain: float, evidence: str) -> tuple[bool, str]:
+    """Whether the confirmation replay (a ``replay_gate`` result on the candidate's own draw)
+    passed and shows the gain again (:func:`gain_shown`); and, if not, why (one line)."""
+    seed = again["config"]["seed"]
+    if not again["passed"]:
+        return False, f"not confirmed on fresh queries (seed {seed}): the replay gate failed"
+    shown, why = gain_shown(_goodput(again), min_gain, evidence)
+    return shown, "" if shown else f"not confirmed on fresh queries (seed {seed}): {why}"
+
+
 def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
                      cfg: ReplayGateConfig | None = None, canary: bool = True, *,
                      min_gain: float | None = None, supersede_margin: float | None = None,
-                     max_supersedes: int = 0, gain_evidence: str = "mean") -> dict:
+                     max_supersedes: int = 0, gain_evidence: str = "mean",
+                     confirm: bool = False) -> dict:
     """The automatic path of a new candidate: the replay gate, then (if it passed, ``canary``,
     and its twin goodput gain over the incumbent is above ``min_gain`` by ``gain_evidence``,
     see :func:`gain_shown`; None: no such condition) the canary request to the serving pool,
     which may supersede the running canary or queue behind it
-    (``PolicyRegistry.start_canary``). Returns the gate's result with ``canary``: "requested",
-    "queued behind vN", or why not; ``eligible``: it passed with the gain the canary asks for
-    (whether or not the queue then took it); ``canaried``: it started the canary or queued for
-    it."""
+    (``PolicyRegistry.start_canary``). With ``confirm`` (and a ``min_gain``), a candidate
+    whose gain the gate shows is replayed once more on a fresh draw of validation queries
+    (:func:`confirm_seed`; ``gates.replay_confirm`` in its meta) and must pass and show the
+    gain there too: the learner picks among many candidates on the gate's one draw, so the
+    gain it shows on that draw is biased upward. Returns the gate's result with ``canary``:
+    "requested", "queued behind vN", or why not; ``eligible``: it passed with the gain the
+    canary asks for (whether or not the queue then took it); ``canaried``: it started the
+    canary or queued for it; ``confirm``: the confirmation's result, when one ran."""
+    cfg = cfg or ReplayGateConfig()
     out = replay_gate(pool, registry, candidate, cfg=cfg)
     out["canaried"] = out["eligible"] = False
-    shown, why = (True, "") if min_gain is None else gain_shown(
-        next(t for t in out["tests"] if t["metric"] == "goodput"), min_gain, gain_evidence)
+    shown, why = (True, "") if min_gain is None else gain_shown(_goodput(out), min_gain,
+                                                                gain_evidence)
+    if out["passed"] and canary and shown and confirm and min_gain is not None:
+        ccfg = cfg.model_copy(update={"seed": confirm_seed(cfg, candidate)})
+        again = replay_gate(pool, registry, candidate, incumbent=out["incumbent"], cfg=ccfg,
+                            record=False)
+        registry.record_gate(candidate, "replay_confirm", again)
+        out["confirm"] = again
+        shown, why = confirmed(again, min_gain, gain_evidence)
     if not out["passed"]:
         out["canary"] = "not requested: the replay gate failed"
     elif not canary:

@@ -78,6 +78,10 @@ class GateSettings(BaseModel):
         "lower", description="how the twin must show the gain over min_gain: lower, its "
         "one-sided (1 - replay.alpha) lower bound (a gain the gate resolves); mean, its mean "
         "difference (noise-level gains pass: docs/continual.md, the slowed-480 runs)")
+    confirm: bool = Field(
+        True, description="a candidate whose gain the gate shows is replayed once more on a "
+        "fresh draw of validation queries and needs the gain there too (the learner picks "
+        "among many candidates on the gate's one draw, so their gains on it are biased up)")
     supersede_margin: float | None = Field(
         0.02, ge=0, lt=1, description="a passing candidate replaces the running canary if its "
         "twin goodput is above the running one's by more than this (None: never)")
@@ -311,6 +315,7 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
                 g = gate_then_canary(deployment, registry, meta.version, cfg.gate.replay,
                                      cfg.gate.canary, min_gain=cfg.gate.min_gain,
                                      gain_evidence=cfg.gate.gain_evidence,
+                                     confirm=cfg.gate.confirm,
                                      supersede_margin=cfg.gate.supersede_margin,
                                      max_supersedes=cfg.gate.max_supersedes)
                 row["gate"] = {"passed": g["passed"], "canary": g["canary"]}
