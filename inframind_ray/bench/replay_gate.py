@@ -7,7 +7,6 @@ current model cards and profiles), with the one-sided non-inferiority test of
 from __future__ import annotations
 
 import time
-import zlib
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,10 +42,11 @@ def _outcomes(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 def replay_gate(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
                 incumbent: str | None = None, cfg: ReplayGateConfig | None = None,
-                record: bool = True) -> dict:
+                record_as: str | None = "replay") -> dict:
     """Run the gate (the incumbent defaults to the active version); the result, also written
-    into the candidate's gate results when ``record``. ``passed``: non-inferior on every
-    metric. RegistryError (one line) for an unknown version or no incumbent."""
+    into the candidate's gate results under ``record_as`` (None: not written). ``passed``:
+    non-inferior on every metric.
+    RegistryError (one line) for an unknown version or no incumbent."""
     cfg = cfg or ReplayGateConfig()
     incumbent = incumbent or registry.state().active
     if incumbent is None:
@@ -72,8 +72,8 @@ def replay_gate(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
            "incumbent": incumbent, "pool": pool.name,
            "pool_models": [m.name for m in pool.models], "config": cfg.model_dump(mode="json"),
            "tests": tests, "wall_s": round(time.time() - t0, 2), "at": round(time.time(), 3)}
-    if record:
-        registry.record_gate(candidate, "replay", out)
+    if record_as is not None:
+        registry.record_gate(candidate, record_as, out)
     return out
 
 
@@ -93,10 +93,10 @@ def gain_shown(test: dict, min_gain: float, evidence: str = "mean") -> tuple[boo
 
 
 def confirm_seed(cfg: ReplayGateConfig, candidate: str) -> int:
-    """The confirmation replay's seed: the gate's seed plus the version's number (``v0014``:
-    +14), so every candidate is confirmed on its own draw, never on the gate's."""
-    digits = "".join(c for c in candidate if c.isdigit())
-    return cfg.seed + 1 + (int(digits) if digits else zlib.crc32(candidate.encode()) % 10**6)
+    """The confirmation replay's seed: the gate's seed + 1 + the version's number (the
+    registry names versions ``v0001``, ``v0002``, ...: ``v0014`` gives +15), so every
+    candidate is confirmed on its own draw, never on the gate's."""
+    return cfg.seed + 1 + int(candidate.removeprefix("v"))
 
 
 def _goodput(result: dict) -> dict:
@@ -138,8 +138,7 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     if out["passed"] and canary and shown and confirm and min_gain is not None:
         ccfg = cfg.model_copy(update={"seed": confirm_seed(cfg, candidate)})
         again = replay_gate(pool, registry, candidate, incumbent=out["incumbent"], cfg=ccfg,
-                            record=False)
-        registry.record_gate(candidate, "replay_confirm", again)
+                            record_as="replay_confirm")
         out["confirm"] = again
         shown, why = confirmed(again, min_gain, gain_evidence)
     if not out["passed"]:
