@@ -326,25 +326,43 @@ def test_a_gain_is_confirmed_on_a_fresh_draw_before_the_canary(reg, pool):
     validation queries (the gate's seed + 1 + its number, against the same incumbent, recorded
     as ``gates.replay_confirm``) and the canary follows that draw's verdict. A copy of the
     incumbent with ``min_gain`` below 0 shows the "gain" on both draws and gets the canary;
-    with ``min_gain`` 0 it shows none and is not replayed again. Four twin cells of 20
-    validation queries, then two. The verdict itself on real paired tests: a gain on the
+    with ``min_gain`` 0 it shows none and is not replayed again. With ``confirm_queries`` the
+    draw has that size; with ``confirm_alpha`` spent, the k-th confirmation against one
+    incumbent (counted from the registry) tests at ``alpha 6 / (pi^2 k^2)``. Eight twin cells
+    of 20-30 validation queries, then two. The verdict itself on real paired tests: a gain on the
     confirmation draw passes; none, or a failed gate there, does not, with a one-line reason."""
     from inframind_ray.bench.replay_gate import (
         ReplayGateConfig,
         confirm_seed,
+        confirmations_against,
         confirmed,
         gate_then_canary,
+        spent_alpha,
     )
 
     cfg = ReplayGateConfig(n_queries=20, rate_per_min=30.0, seed=5)
     copy = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
     out = gate_then_canary(load_pool(POOL), reg, copy, cfg=cfg, min_gain=-0.5,
-                           gain_evidence="lower", confirm=True)
+                           gain_evidence="lower", confirm=True, confirm_queries=30,
+                           confirm_alpha="spent")
     again = reg.meta(copy).gates["replay_confirm"]
     assert again["config"]["seed"] == confirm_seed(cfg, copy) == 5 + 1 + 3
     assert again["config"]["split"] == "val" and again["incumbent"] == "v0001"
-    assert out["confirm"]["tests"][0]["n"] == 20
+    assert out["confirm"]["tests"][0]["n"] == 30 and out["confirm"]["k"] == 1
+    assert again["config"]["alpha"] == pytest.approx(0.05 * 6 / math.pi ** 2)
     assert out["eligible"] and out["canary"] == "requested" and reg.state().canary == copy
+    assert confirmations_against(reg, "v0001") == 1
+    second = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    out = gate_then_canary(load_pool(POOL), reg, second, cfg=cfg, min_gain=-0.5,
+                           gain_evidence="lower", confirm=True, confirm_alpha="spent")
+    assert out["confirm"]["k"] == 2 and out["confirm"]["tests"][0]["n"] == 20
+    assert out["confirm"]["config"]["alpha"] == pytest.approx(spent_alpha(0.05, 2))
+    assert confirmations_against(reg, "v0001") == 2 and confirmations_against(reg, copy) == 0
+    # the levels of all confirmations against one incumbent sum to at most alpha
+    levels = [spent_alpha(0.05, k) for k in range(1, 100_001)]
+    assert 0.04999 < sum(levels) <= 0.05 and levels[1] == pytest.approx(levels[0] / 4)
+    with pytest.raises(ValueError, match="counts from 1"):
+        spent_alpha(0.05, 0)
     same = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
     kept = gate_then_canary(load_pool(POOL), reg, same, cfg=cfg, min_gain=0.0,
                             gain_evidence="lower", confirm=True)

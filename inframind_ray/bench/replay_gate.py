@@ -6,6 +6,7 @@ current model cards and profiles), with the one-sided non-inferiority test of
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -99,6 +100,27 @@ def confirm_seed(cfg: ReplayGateConfig, candidate: str) -> int:
     return cfg.seed + 1 + int(candidate.removeprefix("v"))
 
 
+def spent_alpha(alpha: float, k: int) -> float:
+    """The level of the ``k``-th confirmation (1, 2, ...) against one incumbent:
+    ``alpha * 6 / (pi^2 k^2)``, which sums to ``alpha`` over all ``k``, so that the chance
+    that any confirmation against that incumbent passes a candidate without the gain stays
+    at most ``alpha`` however many candidates a run confirms (Bonferroni over an unbounded
+    sequence: ``alpha_1`` = 0.61 ``alpha``, ``alpha_2`` = 0.15 ``alpha``, ...)."""
+    if k < 1:
+        raise ValueError(f"k counts from 1, got {k}")
+    return alpha * 6 / (math.pi ** 2 * k ** 2)
+
+
+def confirmations_against(registry: PolicyRegistry, incumbent: str) -> int:
+    """How many versions were confirmation-replayed against ``incumbent`` (their
+    ``gates.replay_confirm``): read from the registry, so a learner restart keeps the count."""
+    n = 0
+    for info in registry.list():
+        c = info.meta.gates.get("replay_confirm")
+        n += isinstance(c, dict) and c.get("incumbent") == incumbent
+    return n
+
+
 def _goodput(result: dict) -> dict:
     return next(t for t in result["tests"] if t["metric"] == "goodput")
 
@@ -117,7 +139,8 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
                      cfg: ReplayGateConfig | None = None, canary: bool = True, *,
                      min_gain: float | None = None, supersede_margin: float | None = None,
                      max_supersedes: int = 0, gain_evidence: str = "mean",
-                     confirm: bool = False) -> dict:
+                     confirm: bool = False, confirm_queries: int | None = None,
+                     confirm_alpha: str = "fixed") -> dict:
     """The automatic path of a new candidate: the replay gate, then (if it passed, ``canary``,
     and its twin goodput gain over the incumbent is above ``min_gain`` by ``gain_evidence``,
     see :func:`gain_shown`; None: no such condition) the canary request to the serving pool,
@@ -126,7 +149,10 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     whose gain the gate shows is replayed once more on a fresh draw of validation queries
     (:func:`confirm_seed`; ``gates.replay_confirm`` in its meta) and must pass and show the
     gain there too: the learner picks among many candidates on the gate's one draw, so the
-    gain it shows on that draw is biased upward. Returns the gate's result with ``canary``:
+    gain it shows on that draw is biased upward. ``confirm_queries``: that draw's size (None:
+    the gate's); ``confirm_alpha`` ``spent``: the k-th confirmation against one incumbent
+    tests at :func:`spent_alpha` (the run's confirmations together at ``cfg.alpha``),
+    ``fixed``: each at ``cfg.alpha``. Returns the gate's result with ``canary``:
     "requested", "queued behind vN", or why not; ``eligible``: it passed with the gain the
     canary asks for (whether or not the queue then took it); ``canaried``: it started the
     canary or queued for it; ``confirm``: the confirmation's result, when one ran."""
@@ -136,10 +162,15 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     shown, why = (True, "") if min_gain is None else gain_shown(_goodput(out), min_gain,
                                                                 gain_evidence)
     if out["passed"] and canary and shown and confirm and min_gain is not None:
-        ccfg = cfg.model_copy(update={"seed": confirm_seed(cfg, candidate)})
+        if confirm_alpha not in ("fixed", "spent"):
+            raise ValueError(f"confirm_alpha must be fixed or spent, got {confirm_alpha!r}")
+        k = 1 + confirmations_against(registry, out["incumbent"])
+        ccfg = cfg.model_copy(update={
+            "seed": confirm_seed(cfg, candidate), "n_queries": confirm_queries or cfg.n_queries,
+            "alpha": spent_alpha(cfg.alpha, k) if confirm_alpha == "spent" else cfg.alpha})
         again = replay_gate(pool, registry, candidate, incumbent=out["incumbent"], cfg=ccfg,
                             record_as="replay_confirm")
-        out["confirm"] = again
+        out["confirm"] = again | {"k": k}
         shown, why = confirmed(again, min_gain, gain_evidence)
     if not out["passed"]:
         out["canary"] = "not requested: the replay gate failed"

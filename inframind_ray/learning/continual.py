@@ -82,6 +82,13 @@ class GateSettings(BaseModel):
         True, description="a candidate whose gain the gate shows is replayed once more on a "
         "fresh draw of validation queries and needs the gain there too (the learner picks "
         "among many candidates on the gate's one draw, so their gains on it are biased up)")
+    confirm_queries: int | None = Field(
+        2000, ge=10, le=100_000, description="the confirmation draw's validation queries "
+        "(None: replay.n_queries); 2,000 resolve a gain of about 1 point, 300 about 2")
+    confirm_alpha: Literal["fixed", "spent"] = Field(
+        "spent", description="spent: the k-th confirmation against one incumbent tests at "
+        "replay.alpha * 6 / (pi^2 k^2), so that all of them together pass a candidate without "
+        "a gain with chance at most replay.alpha; fixed: each at replay.alpha")
     supersede_margin: float | None = Field(
         0.02, ge=0, lt=1, description="a passing candidate replaces the running canary if its "
         "twin goodput is above the running one's by more than this (None: never)")
@@ -316,6 +323,8 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
                                      cfg.gate.canary, min_gain=cfg.gate.min_gain,
                                      gain_evidence=cfg.gate.gain_evidence,
                                      confirm=cfg.gate.confirm,
+                                     confirm_queries=cfg.gate.confirm_queries,
+                                     confirm_alpha=cfg.gate.confirm_alpha,
                                      supersede_margin=cfg.gate.supersede_margin,
                                      max_supersedes=cfg.gate.max_supersedes)
                 row["gate"] = {"passed": g["passed"], "canary": g["canary"]}
