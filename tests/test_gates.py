@@ -121,6 +121,48 @@ def test_canary_never_routes_past_its_cap_and_promotes_an_equal_candidate():
     assert not c.route("after")  # decided: everything to the incumbent
 
 
+def _live_vs_incumbent(guard: bool, p_cand: float, p_inc: float,
+                       n: int = 4000) -> tuple[Canary, float]:
+    """A canary run with outcomes observed as they are routed; also the lowest, over every
+    query from the first on, of cumulative live goodput (both arms) minus the incumbent arm's."""
+    c = Canary("v0002", "v0001", CanaryConfig(harm_guard=guard))
+    rng = np.random.default_rng(0)
+    arms = {True: [0, 0], False: [0, 0]}  # to the candidate?: [queries, good]
+    worst = 0.0
+    for i in range(n):
+        to_cand = c.route(f"q{i}")
+        ok = bool(rng.random() < (p_cand if to_cand else p_inc))
+        arms[to_cand][0] += 1
+        arms[to_cand][1] += ok
+        c.observe(to_cand, ok, True)
+        if arms[False][0]:
+            live = (arms[True][1] + arms[False][1]) / (arms[True][0] + arms[False][0])
+            worst = min(worst, live - arms[False][1] / arms[False][0])
+        if c.decision is not None:
+            break
+    return c, worst
+
+
+def test_the_harm_guard_keeps_live_goodput_within_the_tolerance_at_every_query():
+    """A candidate that is always wrong against an incumbent always right (share 0.1,
+    tolerance 0.05): with the harm guard live goodput stays within the tolerance of the
+    incumbent's after every query, from the first, and the canary still rolls it back; without
+    the guard the same query ids take it below. An equal candidate's share rises to the
+    configured one as it shows it is not worse, and it is promoted."""
+    bad, worst = _live_vs_incumbent(True, 0.0, 1.0)
+    assert bad.decision == "rollback" and bad.reason.startswith("harm"), bad.reason
+    assert worst >= -bad.cfg.tolerance - 1e-12, worst
+    assert bad.describe()["share_cap"] == pytest.approx(bad.cfg.tolerance)
+    unguarded, worst_off = _live_vs_incumbent(False, 0.0, 1.0)
+    assert unguarded.decision == "rollback" and worst_off < -unguarded.cfg.tolerance, worst_off
+    equal, _ = _live_vs_incumbent(True, 0.6, 0.6)
+    assert equal.decision == "promote", equal.describe()
+    assert equal.share_cap() == equal.cfg.share > equal.cfg.tolerance
+    with pytest.raises(ValueError, match="harm_guard needs tolerance > 0"):
+        CanaryConfig(tolerance=0.0)
+    assert CanaryConfig(tolerance=0.0, harm_guard=False).share == 0.1
+
+
 # ------------------------------------------------------------------ registry
 def test_gate_results_and_canary_states_in_the_registry(reg, pool):
     reg.record_gate("v0002", "replay", {"passed": True, "x": 1})
@@ -143,9 +185,22 @@ def test_a_pinned_version_is_never_replaced_by_a_canary(reg, pool):
     with pytest.raises(RegistryError, match="pinned"):
         reg.start_canary("v0002", pool)
     reg.unpin()
+    v3 = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
+    reg.start_canary("v0002", pool, actor="learner", queue=True)
+    reg.start_canary(v3, pool, actor="learner", queue=True)
+    st = reg.pin()  # pinned while a canary runs: it stops, the queued one leaves the queue
+    assert (st.canary, st.next_canary, st.active) == (None, None, "v0001")
+    assert st.states["v0002"] is st.states[v3] is VersionState.CANDIDATE
+    assert [(e["op"], e["version"], e.get("reason")) for e in st.log[-3:]] == [
+        ("pin", "v0001", None), ("canary_stopped", "v0002", "v0001 pinned"),
+        ("canary_dropped", v3, "v0001 pinned")]
+    with pytest.raises(RegistryError, match="no canary of v0002 is running"):
+        reg.end_canary("v0002", True, "non-inferior", pool)
+    reg.unpin()
     reg.start_canary("v0002", pool)
-    reg.pin()  # pinned while the canary runs: its promotion is refused, it ends rejected
-    st = reg.end_canary("v0002", True, "non-inferior", pool)
+    with reg._locked() as raw:  # a pin written by another process's older code
+        raw.pinned = "v0001"
+    st = reg.end_canary("v0002", True, "non-inferior", pool)  # promotion refused: rejected
     assert st.active == "v0001" and st.states["v0002"] is VersionState.REJECTED
     assert "not promoted: v0001 is pinned" in st.log[-1]["reason"]
 
@@ -155,7 +210,7 @@ def test_the_newest_candidate_queues_behind_a_running_canary(reg, pool):
     ``next_canary``; a newer one supersedes it (the older stays a candidate); when the running
     canary ends, promoted or rolled back, the queued one's canary starts. A human's request
     is still refused while one runs. A queued candidate promoted by hand leaves the queue;
-    one queued while a version gets pinned is dropped when the canary ends."""
+    one still queued when the canary ends under a pin is dropped."""
     v3 = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
     v4 = reg.register(DEFAULT_CHECKPOINT, pool, parent="v0001").version
     reg.start_canary("v0002", pool, actor="learner", queue=True)
@@ -178,7 +233,8 @@ def test_the_newest_candidate_queues_behind_a_running_canary(reg, pool):
     v6 = reg.register(DEFAULT_CHECKPOINT, pool, parent=v4).version
     reg.start_canary(v5, pool, actor="learner", queue=True)
     reg.start_canary(v6, pool, actor="learner", queue=True)
-    reg.pin()
+    with reg._locked() as raw:  # pinned without the pin's own stop (older code): the queued
+        raw.pinned = v4         # one is dropped when the running canary ends
     st = reg.end_canary(v5, False, "harm: z", pool)
     assert st.canary is None and st.next_canary is None and st.log[-1]["op"] == "canary_dropped"
     assert st.states[v6] is VersionState.CANDIDATE
@@ -254,7 +310,7 @@ def test_orchestrator_runs_the_registrys_canary(reg, pool, tmp_path):
     reg.start_canary("v0002", pool)
     orch._sync_registry()
     assert orch.canary.running is not None and orch.state()["canary"]["candidate"] == "v0002"
-    for i in range(400):
+    for i in range(2000):
         to_cand = orch.canary.route(f"q{i}")
         if orch.canary.observe(to_cand, True, not to_cand, orch.pool_info):
             break
@@ -274,7 +330,7 @@ def test_orchestrator_runs_the_registrys_canary(reg, pool, tmp_path):
     reg.start_canary(v4, pool, actor="learner", queue=True)
     orch._sync_registry()
     assert orch.canary.running.candidate == v3 and reg.state().next_canary == v4
-    for i in range(400):  # equal policies: non-inferior, promoted
+    for i in range(4000):  # equal policies: non-inferior, promoted
         to_cand = orch.canary.route(f"r{i}")
         if orch.canary.observe(to_cand, True, True, orch.pool_info):
             break

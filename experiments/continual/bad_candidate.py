@@ -102,6 +102,7 @@ def canary_window(rows: list[dict], last: dict) -> dict:
     order = np.argsort([r["sent_s"] for r in win])
     cl = np.cumsum(live[order]) / np.arange(1, len(win) + 1)
     ci = np.cumsum(live[order] * arm[order]) / np.maximum(1, np.cumsum(arm[order]))
+    looks = (cl - ci)[np.cumsum(arm[order]) > 0]  # every query from the first incumbent one
     run = (cl - ci)[49:]
     return {"window_queries": len(win), "candidate_queries": len(cand),
             "served_share": round(len(cand) / len(win), 4),
@@ -110,7 +111,10 @@ def canary_window(rows: list[dict], last: dict) -> dict:
             "live_minus_incumbent": round(diff, 4),
             "live_minus_incumbent_95ci": [round(lo, 4), round(hi, 4)],
             "running_live_minus_incumbent_min_after_50": round(float(run.min()), 4)
-            if len(run) else None}
+            if len(run) else None,
+            "running_live_minus_incumbent_min": round(float(looks.min()), 4),
+            "looks_below_tolerance": int((looks < -last["config"]["tolerance"]).sum()),
+            "looks": len(looks)}
 
 
 def plot(out: Path, gate: dict, rows: list[dict], last: dict, cfg) -> None:  # noqa: ANN001

@@ -144,9 +144,10 @@ def write_configs(out: Path, scenario: str, rate: float, seed: int,  # noqa: ANN
 
 
 def set_active(reg: PolicyRegistry, version: str, info) -> None:  # noqa: ANN001
-    """Make ``version`` active and pinned, and end a canary still running (a pin refuses new
-    canaries but lets a running one finish: until 2026-12-05 16:40 its share of a sequential
-    window's continual arm went to that candidate): the comparison's arms are pure."""
+    """Make ``version`` active and pinned, and end a canary still running, so that the
+    comparison's arms are pure. (Until 2026-12-05 16:40 a still-running canary's share of a
+    sequential window's continual arm went to its candidate. Since the night of 2026-12-05 the
+    pin itself stops a running canary, and the end here is a no-op kept for older registries.)"""
     reg.unpin(actor="scenario")
     if reg.state().active != version:
         reg.promote(version, info, actor="scenario")

@@ -57,6 +57,19 @@ class CanaryConfig(BaseModel):
                              "attainment, candidate vs incumbent")
     alpha: float = Field(0.05, gt=0, lt=0.5, description="error of each decision")
     seed: int = 0
+    harm_guard: bool = Field(
+        True, description="cap the candidate's share of the canary's queries at tolerance / "
+        "(the always-valid upper bound of its shortfall against the incumbent, at most 1), "
+        "so that live goodput and SLO attainment during the canary stay within the tolerance "
+        "of the incumbent's: the share starts at the tolerance and rises to share as the "
+        "candidate shows it is not worse")
+
+    @model_validator(mode="after")
+    def _guard_needs_a_tolerance(self) -> CanaryConfig:
+        if self.harm_guard and self.tolerance == 0:
+            raise ValueError("harm_guard needs tolerance > 0 (with 0 no query may go to the "
+                             "candidate): set a tolerance or harm_guard: false")
+        return self
 
 
 class ServingConfig(BaseModel):

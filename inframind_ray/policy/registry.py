@@ -27,15 +27,23 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from inframind_ray.core.types import PoolInfo
 from inframind_ray.errors import InframindError
 from inframind_ray.policy.candidate_rank import TwinScore, beats, twin_score
 from inframind_ray.policy.learned import CheckpointError, LearnedPolicy
+from inframind_ray.policy.registry_models import (
+    DataWindow,
+    RegistryState,
+    VersionInfo,
+    VersionMeta,
+    VersionState,
+)
+
+__all__ = ["DataWindow", "PolicyRegistry", "RegistryError", "RegistryState", "VersionInfo",
+           "VersionMeta", "VersionNotFound", "VersionState", "check_checkpoint", "describe",
+           "digest"]
 
 STATE_FILE = "registry.json"
 WEIGHTS, SPEC, META = "policy.safetensors", "spec.json", "meta.json"
@@ -48,61 +56,6 @@ class RegistryError(InframindError):
 
 class VersionNotFound(RegistryError):
     """No such version in the registry."""
-
-
-class VersionState(StrEnum):
-    """candidate: registered, never served; active: serving; retired: served before;
-    rejected: a gate or the canary stopped it (it can still be promoted by hand)."""
-
-    CANDIDATE = "candidate"
-    ACTIVE = "active"
-    RETIRED = "retired"
-    REJECTED = "rejected"
-
-
-class DataWindow(BaseModel):
-    """The rollouts a version was trained on (epoch seconds, count)."""
-
-    model_config = ConfigDict(extra="forbid")
-    start: float | None = None
-    end: float | None = None
-    rollouts: int = Field(0, ge=0)
-
-
-class VersionMeta(BaseModel):
-    """What the registry keeps about a version beside its checkpoint (``meta.json``)."""
-
-    model_config = ConfigDict(extra="forbid")
-    version: str
-    parent: str | None = None
-    created: str  # ISO 8601, UTC
-    source: str  # where the checkpoint was registered from
-    sha256: str  # of policy.safetensors + spec.json, at registration
-    data_window: DataWindow | None = None
-    gates: dict[str, object] = {}
-    note: str = ""
-
-
-class RegistryState(BaseModel):
-    """``registry.json``."""
-
-    model_config = ConfigDict(extra="forbid")
-    active: str | None = None
-    previous: list[str] = []  # earlier actives, most recent last (rollback pops)
-    pinned: str | None = None
-    states: dict[str, VersionState] = {}
-    canary: str | None = None  # the candidate a serving pool is to canary (serving/canary.py)
-    next_canary: str | None = None  # the best candidate queued behind it (start_canary queue)
-    canary_supersedes: int = 0  # running canaries superseded since a canary last ended
-    log: list[dict] = []
-
-
-class VersionInfo(BaseModel):
-    """One row of ``list``: the version's metadata, its state and whether it is pinned."""
-
-    meta: VersionMeta
-    state: VersionState
-    pinned: bool
 
 
 def _now_iso() -> str:
@@ -340,8 +293,9 @@ class PolicyRegistry:
 
     def end_canary(self, version: str, promote: bool, reason: str, pool: PoolInfo, *,
                    actor: str = "canary") -> RegistryState:
-        """The canary's outcome: promote ``version`` (refused if pinned meanwhile: it then ends
-        rejected) or reject it, with ``reason`` in the event log."""
+        """The canary's outcome: promote ``version`` (refused if pinned: it then ends rejected;
+        a pin stops the running canary, so only a canary ended by hand can meet one) or reject
+        it, with ``reason`` in the event log."""
         with self._locked() as st:
             if st.canary != version:
                 raise RegistryError(f"no canary of {version} is running")
@@ -396,7 +350,8 @@ class PolicyRegistry:
 
     def pin(self, version: str | None = None, *, actor: str = "cli") -> RegistryState:
         """Pin the active version (``version``, if given, must be it): nothing replaces it until
-        ``unpin``."""
+        ``unpin``, and it serves all the traffic: a running canary stops (its version stays a
+        candidate: it was not judged) and a queued one leaves the queue."""
         with self._locked() as st:
             if st.active is None:
                 raise RegistryError("no active version to pin")
@@ -406,6 +361,12 @@ class PolicyRegistry:
                 raise RegistryError(f"{version} is not active ({st.active} is): promote it first")
             st.pinned = st.active
             st.log.append(self._event("pin", st.active, actor))
+            for name in ("canary", "next_canary"):
+                if (stopped := getattr(st, name)) is not None:
+                    st.log.append(self._event("canary_dropped" if name == "next_canary"
+                                              else "canary_stopped", stopped, actor,
+                                              reason=f"{st.active} pinned"))
+            st.canary, st.next_canary, st.canary_supersedes = None, None, 0
         return st
 
     def unpin(self, *, actor: str = "cli") -> RegistryState:

@@ -2,10 +2,18 @@
 incumbent until a sequential test (``policy/gate_stats.py``) decides promote or rollback.
 
 Routing is per query: a seeded hash of the query id below ``share`` goes to the candidate, so a
-client's retried query id lands on the same arm. Every answered query of either arm adds its
-goodput (correct and within budget; unlabelled queries add nothing to goodput) and its SLO
-attainment (within budget) to that arm. After each outcome (from ``min_queries`` canary queries
-on) the test looks:
+client's retried query id lands on the same arm (unless the harm guard held it back). With
+``harm_guard`` (the default) a query goes to the candidate only if the candidate's share of the
+canary's queries, this one included, stays at most ``tolerance / G``, where ``G`` (at most 1) is
+the larger over the two metrics of the always-valid upper bound of the incumbent's lead over
+the candidate. Live goodput is the incumbent's plus that share times the candidate's observed
+difference, which the bound covers, so live goodput and SLO attainment during the canary stay
+within ``tolerance`` of the incumbent's: the share starts at ``tolerance`` (nothing is known
+yet) and rises towards ``share`` as the candidate shows that it is not worse.
+
+Every answered query of either arm adds its goodput (correct and within budget; unlabelled
+queries add nothing to goodput) and its SLO attainment (within budget) to that arm. After each
+outcome (from ``min_queries`` canary queries on) the test looks:
 
 - **rollback** when the candidate is worse than the incumbent by more than ``tolerance`` on
   either metric (always-valid bound, ``alpha``);
@@ -67,11 +75,24 @@ class Canary:
 
     def route(self, query_id: str) -> bool:
         """True if this query goes to the candidate (never past ``max_queries``, nor once
-        decided)."""
+        decided, nor past the harm guard's share)."""
         to_cand = (self.decision is None and self.routed["candidate"] < self.cfg.max_queries
-                   and routed_to_candidate(query_id, self.cfg.share, self.cfg.seed))
+                   and routed_to_candidate(query_id, self.cfg.share, self.cfg.seed)
+                   and (self.routed["candidate"] + 1) <= self.share_cap() * (
+                       sum(self.routed.values()) + 1))
         self.routed["candidate" if to_cand else "incumbent"] += 1
         return to_cand
+
+    def share_cap(self) -> float:
+        """The most the candidate's share of the canary's queries may be now: ``share``, or
+        with the harm guard ``min(share, tolerance / G)`` (module docstring)."""
+        if not self.cfg.harm_guard:
+            return self.cfg.share
+        # the incumbent's lead, upper bound, over the metrics either arm has outcomes of
+        # (unlabelled traffic gives no goodput); before any outcome it is taken as 1
+        leads = [-t.diff_lower for t in self.tests() if t.n_candidate + t.n_incumbent > 0]
+        lead = min(1.0, max(leads, default=1.0))
+        return min(self.cfg.share, self.cfg.tolerance / max(lead, 1e-9))
 
     def observe(self, candidate: bool, correct: bool | None, within_budget: bool) -> None:
         """One answered query's outcome on its arm; then decide, if the test can."""
@@ -117,6 +138,7 @@ class Canary:
                 "started": round(self.started, 3), "config": self.cfg.model_dump(),
                 "routed": dict(self.routed),
                 "served_share": round(self.routed["candidate"] / total, 4) if total else 0.0,
+                "share_cap": round(self.share_cap(), 4),
                 "decision": self.decision, "reason": self.reason,
                 "tests": [t.as_dict() for t in self.tests()]}
 
