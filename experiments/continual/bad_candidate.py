@@ -77,6 +77,20 @@ async def drive(url: str, orch, rate: float, max_s: float, seed: int) -> tuple[l
     return rows, state
 
 
+def running_difference(rows: list[dict], last: dict) -> np.ndarray:
+    """Cumulative live goodput (both arms) minus the incumbent arm's, after every answered
+    query in the canary's window, in the order the queries were sent (from the first
+    incumbent query on): what the harm guard keeps above -tolerance."""
+    ok = [r for r in rows if r["http_status"] == 200 and r.get("policy_version")]
+    end = max(r["sent_s"] for r in ok if r["policy_version"] == last["candidate"])
+    win = sorted((r for r in ok if r["sent_s"] <= end), key=lambda r: r["sent_s"])
+    live = np.array([bool(r["correct"]) and bool(r["within_budget"]) for r in win], float)
+    arm = np.array([r["policy_version"] == last["incumbent"] for r in win])
+    cl = np.cumsum(live) / np.arange(1, len(win) + 1)
+    ci = np.cumsum(live * arm) / np.maximum(1, np.cumsum(arm))
+    return (cl - ci)[np.cumsum(arm) > 0]
+
+
 def canary_window(rows: list[dict], last: dict) -> dict:
     """Goodput of the live traffic (both arms) and of each arm over the canary's window (the
     queries sent before the last one routed to the candidate), with 95% intervals."""
@@ -98,12 +112,12 @@ def canary_window(rows: list[dict], last: dict) -> dict:
         k = rng.integers(0, len(win), len(win))
         boots.append(live[k].mean() - live[k][arm[k]].mean())
     lo, hi = np.percentile(boots, [2.5, 97.5])
-    # running difference (cumulative live minus cumulative incumbent goodput) after 50 queries
+    # running difference (cumulative live minus cumulative incumbent goodput)
     order = np.argsort([r["sent_s"] for r in win])
     cl = np.cumsum(live[order]) / np.arange(1, len(win) + 1)
     ci = np.cumsum(live[order] * arm[order]) / np.maximum(1, np.cumsum(arm[order]))
-    looks = (cl - ci)[np.cumsum(arm[order]) > 0]  # every query from the first incumbent one
-    run = (cl - ci)[49:]
+    run = (cl - ci)[49:]  # after 50 queries, as the runs before the harm guard reported it
+    looks = running_difference(rows, last)
     return {"window_queries": len(win), "candidate_queries": len(cand),
             "served_share": round(len(cand) / len(win), 4),
             "goodput_live": round(live.mean(), 4), "goodput_incumbent": round(inc.mean(), 4),
@@ -127,7 +141,7 @@ def plot(out: Path, gate: dict, rows: list[dict], last: dict, cfg) -> None:  # n
 
     from inframind_ray.serving.canary import Canary
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a, b, lv) = plt.subplots(1, 3, figsize=(16, 4))
     ts = gate["tests"]
     a.errorbar(range(len(ts)), [t["diff"] for t in ts],
                yerr=[[t["diff"] - t["lower"] for t in ts], [0] * len(ts)], fmt="o", capsize=4)
@@ -159,6 +173,14 @@ def plot(out: Path, gate: dict, rows: list[dict], last: dict, cfg) -> None:  # n
     b.set_title(f"canary goodput test: {last['decision']} after "
                 f"{last['routed']['candidate']} candidate queries")
     b.legend(fontsize=8)
+    run = running_difference(rows, last)
+    lv.plot(np.arange(1, len(run) + 1), run, label="live (both arms) - incumbent arm")
+    lv.axhline(-cfg.tolerance, color="r", ls="--", label="-tolerance")
+    lv.axhline(0, color="k", lw=0.5)
+    lv.set_ylim(-0.15, 0.05)
+    lv.set_xlabel("queries of the canary's window, in the order sent")
+    lv.set_title(f"live goodput during the canary (lowest {run.min():+.3f})")
+    lv.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "bad_candidate.png", dpi=120)
 
@@ -186,7 +208,14 @@ def main() -> None:
     ap.add_argument("--gate-queries", type=int, default=300)
     ap.add_argument("--max-s", type=float, default=480.0, help="the most seconds of load")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--replot", action="store_true",
+                    help="only redraw --out's bad_candidate.png from its results and queries")
     args = ap.parse_args()
+    if args.replot:
+        doc = json.loads((args.out / "results.json").read_text())
+        rows = json.loads((args.out / "queries.json").read_text())
+        plot(args.out, doc["replay_gate"], rows, doc["canary"], load_pool(POOL).serving.canary)
+        return
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
     base = load_pool(POOL)
