@@ -20,7 +20,8 @@ def label(run: Path, r: dict) -> str:
     """Scenario, rate, the run's --seed (from its command) and the gate's design (by name)."""
     argv = r["command"].split()
     seed = argv[argv.index("--seed") + 1] if "--seed" in argv else "0"
-    design = "+ confirmation" if "confirm" in run.name else "resolved gain"
+    design = ("+ confirmation on 2,000, level spent" if "spent" in run.name
+              else "+ confirmation" if "confirm" in run.name else "resolved gain")
     return f"{r['scenario']} @ {r['rate']:g}/min, seed {seed}, {design}"
 
 
@@ -33,7 +34,7 @@ def main() -> None:
         r = json.loads((run / "results.json").read_text())
         w = r.get("window") or {}
         rows.append((label(run, r), w.get("goodput"), w.get("slo_attainment")))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.55 * len(rows) + 1.4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.55 * len(rows) + 1.6), sharey=True)
     for ax, k, title in ((axes[0], 1, "window goodput"), (axes[1], 2, "window SLO attainment")):
         for y, row in enumerate(rows):
             m = row[k]
@@ -45,10 +46,11 @@ def main() -> None:
             ax.errorbar(100 * m["diff"], y, xerr=[[100 * m["diff"] - lo], [hi - 100 * m["diff"]]],
                         fmt="o", color="tab:green" if ok else "tab:red", capsize=3)
         ax.axvline(0, color="grey", lw=0.8)
-        ax.set_title(f"{title}: continual minus frozen (points, 95 % CI)", fontsize=9)
+        ax.set_title(f"{title} (points, 95 % CI)", fontsize=9)
         ax.set_xlabel("points")
     axes[0].set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
     axes[0].set_ylim(len(rows) - 0.5, -0.5)  # first run on top
+    fig.suptitle("continual minus frozen, per run (green: the interval excludes 0)", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
