@@ -77,51 +77,59 @@ async def drive(url: str, orch, rate: float, max_s: float, seed: int) -> tuple[l
     return rows, state
 
 
+def _window(rows: list[dict], last: dict) -> tuple[list[dict], list[dict], np.ndarray]:
+    """The canary's window (answered queries sent up to the last candidate one), its candidate
+    queries, and per window query whether it went to the incumbent."""
+    ok = [r for r in rows if r["http_status"] == 200 and r.get("policy_version")]
+    cand = [r for r in ok if r["policy_version"] == last["candidate"]]
+    end = max(r["sent_s"] for r in cand)
+    win = [r for r in ok if r["sent_s"] <= end]
+    return win, cand, np.array([r["policy_version"] == last["incumbent"] for r in win])
+
+
+def _goodput(rs: list[dict]) -> np.ndarray:
+    return np.array([bool(r["correct"]) and bool(r["within_budget"]) for r in rs], float)
+
+
+def _running(win: list[dict], live: np.ndarray, arm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative live goodput (both arms) minus the incumbent arm's after every window query,
+    in the order sent; and where the incumbent arm has a query yet."""
+    order = np.argsort([r["sent_s"] for r in win], kind="stable")
+    cl = np.cumsum(live[order]) / np.arange(1, len(win) + 1)
+    ci = np.cumsum(live[order] * arm[order]) / np.maximum(1, np.cumsum(arm[order]))
+    return cl - ci, np.cumsum(arm[order]) > 0
+
+
 def running_difference(rows: list[dict], last: dict) -> np.ndarray:
     """Cumulative live goodput (both arms) minus the incumbent arm's, after every answered
     query in the canary's window, in the order the queries were sent (from the first
     incumbent query on): what the harm guard keeps above -tolerance."""
-    ok = [r for r in rows if r["http_status"] == 200 and r.get("policy_version")]
-    end = max(r["sent_s"] for r in ok if r["policy_version"] == last["candidate"])
-    win = sorted((r for r in ok if r["sent_s"] <= end), key=lambda r: r["sent_s"])
-    live = np.array([bool(r["correct"]) and bool(r["within_budget"]) for r in win], float)
-    arm = np.array([r["policy_version"] == last["incumbent"] for r in win])
-    cl = np.cumsum(live) / np.arange(1, len(win) + 1)
-    ci = np.cumsum(live * arm) / np.maximum(1, np.cumsum(arm))
-    return (cl - ci)[np.cumsum(arm) > 0]
+    win, _, arm = _window(rows, last)
+    diff, seen = _running(win, _goodput(win), arm)
+    return diff[seen]
 
 
 def canary_window(rows: list[dict], last: dict) -> dict:
     """Goodput of the live traffic (both arms) and of each arm over the canary's window (the
     queries sent before the last one routed to the candidate), with 95% intervals."""
-    ok = [r for r in rows if r["http_status"] == 200 and r.get("policy_version")]
-    cand = [r for r in ok if r["policy_version"] == last["candidate"]]
-    end = max(r["sent_s"] for r in cand)
-    win = [r for r in ok if r["sent_s"] <= end]
-
-    def g(rs: list[dict]) -> np.ndarray:
-        return np.array([bool(r["correct"]) and bool(r["within_budget"]) for r in rs], float)
-
-    live, inc = g(win), g([r for r in win if r["policy_version"] == last["incumbent"]])
+    win, cand, arm = _window(rows, last)
+    live = _goodput(win)
+    inc = live[arm]
     diff = live.mean() - inc.mean()
     # live and incumbent share queries: bootstrap the window's queries for the interval
     rng = np.random.default_rng(0)
-    arm = np.array([r["policy_version"] == last["incumbent"] for r in win])
     boots = []
     for _ in range(2000):
         k = rng.integers(0, len(win), len(win))
         boots.append(live[k].mean() - live[k][arm[k]].mean())
     lo, hi = np.percentile(boots, [2.5, 97.5])
-    # running difference (cumulative live minus cumulative incumbent goodput)
-    order = np.argsort([r["sent_s"] for r in win])
-    cl = np.cumsum(live[order]) / np.arange(1, len(win) + 1)
-    ci = np.cumsum(live[order] * arm[order]) / np.maximum(1, np.cumsum(arm[order]))
-    run = (cl - ci)[49:]  # after 50 queries, as the runs before the harm guard reported it
-    looks = running_difference(rows, last)
+    running, seen = _running(win, live, arm)
+    run = running[49:]  # after 50 queries, as the runs before the harm guard reported it
+    looks = running[seen]  # every query from the first incumbent one
     return {"window_queries": len(win), "candidate_queries": len(cand),
             "served_share": round(len(cand) / len(win), 4),
             "goodput_live": round(live.mean(), 4), "goodput_incumbent": round(inc.mean(), 4),
-            "goodput_candidate": round(g(cand).mean(), 4),
+            "goodput_candidate": round(_goodput(cand).mean(), 4),
             "live_minus_incumbent": round(diff, 4),
             "live_minus_incumbent_95ci": [round(lo, 4), round(hi, 4)],
             "running_live_minus_incumbent_min_after_50": round(float(run.min()), 4)

@@ -156,14 +156,14 @@ def gate_then_canary(pool: PoolConfig, registry: PolicyRegistry, candidate: str,
     "requested", "queued behind vN", or why not; ``eligible``: it passed with the gain the
     canary asks for (whether or not the queue then took it); ``canaried``: it started the
     canary or queued for it; ``confirm``: the confirmation's result, when one ran."""
+    if confirm_alpha not in ("fixed", "spent"):
+        raise ValueError(f"confirm_alpha must be fixed or spent, got {confirm_alpha!r}")
     cfg = cfg or ReplayGateConfig()
     out = replay_gate(pool, registry, candidate, cfg=cfg)
     out["canaried"] = out["eligible"] = False
     shown, why = (True, "") if min_gain is None else gain_shown(_goodput(out), min_gain,
                                                                 gain_evidence)
     if out["passed"] and canary and shown and confirm and min_gain is not None:
-        if confirm_alpha not in ("fixed", "spent"):
-            raise ValueError(f"confirm_alpha must be fixed or spent, got {confirm_alpha!r}")
         k = 1 + confirmations_against(registry, out["incumbent"])
         ccfg = cfg.model_copy(update={
             "seed": confirm_seed(cfg, candidate), "n_queries": confirm_queries or cfg.n_queries,

@@ -361,11 +361,11 @@ class PolicyRegistry:
                 raise RegistryError(f"{version} is not active ({st.active} is): promote it first")
             st.pinned = st.active
             st.log.append(self._event("pin", st.active, actor))
-            for name in ("canary", "next_canary"):
-                if (stopped := getattr(st, name)) is not None:
-                    st.log.append(self._event("canary_dropped" if name == "next_canary"
-                                              else "canary_stopped", stopped, actor,
-                                              reason=f"{st.active} pinned"))
+            why = f"{st.active} pinned"
+            if st.canary is not None:
+                st.log.append(self._event("canary_stopped", st.canary, actor, reason=why))
+            if st.next_canary is not None:
+                st.log.append(self._event("canary_dropped", st.next_canary, actor, reason=why))
             st.canary, st.next_canary, st.canary_supersedes = None, None, 0
         return st
 

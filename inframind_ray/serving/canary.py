@@ -83,14 +83,16 @@ class Canary:
         self.routed["candidate" if to_cand else "incumbent"] += 1
         return to_cand
 
-    def share_cap(self) -> float:
+    def share_cap(self, tests: list[SequentialResult] | None = None) -> float:
         """The most the candidate's share of the canary's queries may be now: ``share``, or
-        with the harm guard ``min(share, tolerance / G)`` (module docstring)."""
+        with the harm guard ``min(share, tolerance / G)`` (module docstring); ``tests``: the
+        tests now, if already computed."""
         if not self.cfg.harm_guard:
             return self.cfg.share
         # the incumbent's lead, upper bound, over the metrics either arm has outcomes of
         # (unlabelled traffic gives no goodput); before any outcome it is taken as 1
-        leads = [-t.diff_lower for t in self.tests() if t.n_candidate + t.n_incumbent > 0]
+        leads = [-t.diff_lower for t in tests or self.tests()
+                 if t.n_candidate + t.n_incumbent > 0]
         lead = min(1.0, max(leads, default=1.0))
         return min(self.cfg.share, self.cfg.tolerance / max(lead, 1e-9))
 
@@ -134,13 +136,14 @@ class Canary:
     def describe(self) -> dict:
         """For ``/v1/state`` and the registry's gate results."""
         total = sum(self.routed.values())
+        tests = self.tests()
         return {"candidate": self.candidate, "incumbent": self.incumbent,
                 "started": round(self.started, 3), "config": self.cfg.model_dump(),
                 "routed": dict(self.routed),
                 "served_share": round(self.routed["candidate"] / total, 4) if total else 0.0,
-                "share_cap": round(self.share_cap(), 4),
+                "share_cap": round(self.share_cap(tests), 4),
                 "decision": self.decision, "reason": self.reason,
-                "tests": [t.as_dict() for t in self.tests()]}
+                "tests": [t.as_dict() for t in tests]}
 
 
 class CanaryRunner:
