@@ -55,6 +55,7 @@ reaches no canary sends the learner back to the active version; nothing promoted
     out = tmp_path / "out"
     first = learn(cfg, out)
     assert first["candidate"] == "v0002" and first["skipped"] == {}
+    assert first["lambda"] == 1.0  # held: the batch's cost is the serving version's
     meta = reg.meta("v0002")
     assert meta.parent == "v0001" and meta.data_window.rollouts == first["rollouts"] >= 10
     trained, seed = reg.check("v0002", pool), reg.check("v0001", pool)
@@ -81,4 +82,5 @@ reaches no canary sends the learner back to the active version; nothing promoted
     rec.flush()
     third = learn(cfg, out)
     assert (third["iteration"], third["candidate"]) == (3, "v0004") and third["rollouts"] > 0
+    assert third["lambda"] == 1.0
     assert reg.state().active == "v0001"  # candidates only: nothing is promoted

@@ -118,7 +118,9 @@ class ContinualConfig(BaseModel):
         "(None: wait for traffic forever)")
     ppo: PPOSettings = PPOSettings(iterations=0, train_batch_size=512, minibatch_size=128)
     """PPO settings; ``iterations`` 0 runs until stopped; ``train_batch_size`` counts decisions."""
-    lagrangian: LagrangianSettings = LagrangianSettings()
+    lagrangian: LagrangianSettings = LagrangianSettings(lam_lr=0.0)
+    """lambda held (``lam_lr`` 0) by default: a batch is the serving version's decisions, so its
+    mean cost does not answer to the candidate (see ``LagrangianSettings.lam_lr``)."""
     gate: GateSettings = GateSettings()
 
 
