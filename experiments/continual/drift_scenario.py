@@ -56,6 +56,9 @@ SCENARIOS = {
     "slowed": (ModelSlowed(model="llama-3.1-70b", factor=2.0), MMLU_ONLY),
     "mix_shift": (MixShifted(tasks=[("gsm8k", 0.8), ("mmlu_pro", 0.2)]),
                   (("gsm8k", 0.8), ("mmlu_pro", 0.2))),
+    # added 2026-12-06 after the GSM8K shift missed, chosen by its headroom (journal)
+    "mix_shift_math": (MixShifted(tasks=[("math", 0.8), ("mmlu_pro", 0.2)]),
+                       (("math", 0.8), ("mmlu_pro", 0.2))),
 }
 CANARY_SHARE = 0.25  # the scenario's canary share (default 0.1): a shorter canary, same test
 # the live phase's items come from the train split, the window's from the test split: the
