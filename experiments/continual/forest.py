@@ -15,15 +15,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# the gate's design by a word of the run folder's name, newest first
+DESIGNS = (("held", "+ confirmation on 2,000, level spent, harm guard, λ held"),
+           ("guard", "+ confirmation on 2,000, level spent, harm guard"),
+           ("spent", "+ confirmation on 2,000, level spent"),
+           ("confirm", "+ confirmation"))
+
 
 def label(run: Path, r: dict) -> str:
     """Scenario, rate, the run's --seed (from its command) and the gate's design (by name)."""
     argv = r["command"].split()
     seed = argv[argv.index("--seed") + 1] if "--seed" in argv else "0"
-    design = ("+ confirmation on 2,000, level spent, harm guard, λ held" if "held" in run.name
-              else "+ confirmation on 2,000, level spent, harm guard" if "guard" in run.name
-              else "+ confirmation on 2,000, level spent" if "spent" in run.name
-              else "+ confirmation" if "confirm" in run.name else "resolved gain")
+    design = next((d for key, d in DESIGNS if key in run.name), "resolved gain")
     return f"{r['scenario']} @ {r['rate']:g}/min, seed {seed}, {design}"
 
 

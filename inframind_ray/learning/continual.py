@@ -120,7 +120,7 @@ class ContinualConfig(BaseModel):
     """PPO settings; ``iterations`` 0 runs until stopped; ``train_batch_size`` counts decisions."""
     lagrangian: LagrangianSettings = LagrangianSettings(lam_lr=0.0)
     """lambda held (``lam_lr`` 0) by default: a batch is the serving version's decisions, so its
-    mean cost does not answer to the candidate (see ``LagrangianSettings.lam_lr``)."""
+    mean cost does not answer to the candidate (docs/continual.md, "The learner's multiplier")."""
     gate: GateSettings = GateSettings()
 
 

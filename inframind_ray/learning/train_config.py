@@ -52,8 +52,7 @@ class LagrangianSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lam_init: float = Field(1.0, ge=0)
     lam_lr: float = Field(1.0, ge=0)
-    """The dual step eta; 0 holds lambda at ``lam_init`` (the continual learner's default: its
-    batches are the serving version's decisions, whose cost does not answer to the candidate)."""
+    """The dual step eta; 0 holds lambda at ``lam_init``."""
     cost_target: float = Field(0.01, ge=0, le=1)
     lam_max: float = Field(50.0, gt=0)
     accuracy_floor: float | None = Field(None, ge=0, le=1)
