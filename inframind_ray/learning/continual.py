@@ -116,8 +116,10 @@ class ContinualConfig(BaseModel):
     give_up_after_s: float | None = Field(
         None, gt=0, description="stop with an error after this long without a new rollout "
         "(None: wait for traffic forever)")
-    ppo: PPOSettings = PPOSettings(iterations=0, train_batch_size=512, minibatch_size=128)
-    """PPO settings; ``iterations`` 0 runs until stopped; ``train_batch_size`` counts decisions."""
+    ppo: PPOSettings = PPOSettings(iterations=0, train_batch_size=512, minibatch_size=128,
+                                   lr=1e-3)
+    """PPO settings; ``iterations`` 0 runs until stopped; ``train_batch_size`` counts decisions;
+    ``lr`` 1e-3: a step that can change a family's plan (docs/continual.md, "The step size")."""
     lagrangian: LagrangianSettings = LagrangianSettings(lam_lr=0.0)
     """lambda held (``lam_lr`` 0) by default: a batch is the serving version's decisions, so its
     mean cost does not answer to the candidate (docs/continual.md, "The learner's multiplier")."""
