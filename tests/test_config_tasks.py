@@ -89,3 +89,20 @@ def test_model_cards_without_the_simulator():
     assert big.budget_tokens <= big.max_tokens[Strategy.DEEPTHINK]
     assert big.expected_tokens[Strategy.FLASH] < big.expected_tokens[Strategy.DEEPTHINK]
     assert big.accuracy > small.accuracy
+
+
+def test_every_shipped_rllib_config_loads():
+    """Each file in rllib_configs/ validates under its schema (a typo in a shipped config fails
+    here, not in a user's first run), and the continual learner's file and its schema defaults
+    agree on the step and the held multiplier."""
+    from inframind_ray.learning.continual import ContinualConfig, load_continual_config
+    from inframind_ray.learning.train_config import load_train_config
+
+    files = sorted((ROOT / "rllib_configs").glob("*.yaml"))
+    assert len(files) >= 5
+    for p in files:
+        (load_continual_config if p.stem == "continual" else load_train_config)(p)
+    shipped = load_continual_config(ROOT / "rllib_configs/continual.yaml")
+    default = ContinualConfig()
+    assert shipped.ppo.lr == default.ppo.lr == 1e-3
+    assert shipped.lagrangian.lam_lr == default.lagrangian.lam_lr == 0.0
