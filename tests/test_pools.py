@@ -204,7 +204,9 @@ def test_a_model_with_a_card_and_no_records(tmp_path):
     assert abs(float(new.correct.mean()) - 0.30) < 4 * sd  # the card's accuracy
     (tmp_path / "elsewhere").mkdir()  # the same card at another path replays the same answers
     (tmp_path / "elsewhere" / "new-8b.yaml").write_text(yaml.safe_dump(card))
-    moved = key.rsplit(":", 1)[0] + f":{(tmp_path / 'elsewhere' / 'new-8b.yaml').resolve()}"
+    (tmp_path / "elsewhere" / "pool.yaml").write_text(yaml.safe_dump(
+        {"models": [{**entry, "card": "new-8b.yaml"}]}))
+    moved = load_pool(tmp_path / "elsewhere" / "pool.yaml").models[0].recorded_for("mmlu_pro")
     assert moved != key and (recorded_model(moved).correct == new.correct).all()
     k_w = new.correct[~base.correct].mean() / new.correct.mean()
     assert abs(k_w - A.CARD_DEPENDENCE) < 0.05  # right where the recorded model is wrong

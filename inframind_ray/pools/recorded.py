@@ -57,12 +57,11 @@ def _card_key(name: str) -> tuple[str, str] | None:
     return base, path
 
 
-def _draws(name: str, what: str, n: int) -> np.ndarray:
-    """Seeded uniform draws per item for a card's re-weighting of replay key ``name`` (independent
-    of everything else the twin draws). The seed is the recorded model and the card's contents,
-    not its path, so the same card replays the same answers from any checkout."""
-    base, path = _card_key(name) or (name, None)
-    content = sorted(card_accuracy(path).items()) if path else []
+def _draws(base: str, path: str, what: str, n: int) -> np.ndarray:
+    """Seeded uniform draws per item for the card at ``path`` re-weighting recorded model ``base``
+    (independent of everything else the twin draws). The seed is the recorded model and the
+    card's contents, not its path, so the same card replays the same answers from any checkout."""
+    content = sorted(card_accuracy(path).items())
     return np.random.default_rng(zlib.crc32(f"{base}:{content}:{what}".encode())).random(n)
 
 
@@ -99,10 +98,10 @@ def _mmlu_answers(name: str) -> dict[str, np.ndarray]:
         return rec[base]
     r, task = rec[base], mmlu_pro()
     old = np.asarray(r["correct"], bool)
-    new = reweighted(old, card_accuracy(path)["mmlu_pro"], _draws(name, "mmlu_pro", len(old)))
+    new = reweighted(old, card_accuracy(path)["mmlu_pro"], _draws(base, path, "mmlu_pro", len(old)))
     pred = np.array(r["pred"], dtype=object)
     pred[new & ~old] = task.answers[new & ~old]
-    u = _draws(name, "mmlu_pro:letter", len(old))
+    u = _draws(base, path, "mmlu_pro:letter", len(old))
     for i in np.flatnonzero(old & ~new):
         n = int(task.n_options[i])
         wrong = [x for x in LETTERS[:n] if x != task.answers[i]]
@@ -131,7 +130,7 @@ def _family_answers(family: str, name: str) -> dict[str, np.ndarray]:
         return {**r, "pass_at_1": p * c_r + (1.0 - p) * c_w}  # the same rule, in expectation
     old = np.asarray(r["correct"], bool)
     new = old.copy()
-    new[seen] = reweighted(old[seen], target, _draws(name, family, int(seen.sum())))
+    new[seen] = reweighted(old[seen], target, _draws(base, path, family, int(seen.sum())))
     return {**r, "correct": new}
 
 
