@@ -62,6 +62,30 @@ def test_whole_episodes_feedback_duplicates_and_age(served, tmp_path):
     assert orphan.counts["incomplete"] == 4
 
 
+def test_feedback_outlives_an_orchestrator_restart(served, tmp_path):
+    """A recorder started on a records dir (an orchestrator restarted) takes feedback for the
+    newest ``feedback_window`` queries already written there, and the reader gives each score
+    to the right rollout; an older id or one never recorded is refused; a corrupt rollout file
+    is skipped by both the recorder and the reader."""
+    rec = RolloutRecorder(tmp_path, RolloutConfig(flush_rows=10_000))
+    ids = serve_queries(rec, served, 0, 3) + serve_queries(rec, served, 3, 2)  # two files
+    (tmp_path / "rollouts-9999999999-1-00099.parquet").write_bytes(b"not parquet")
+    again = RolloutRecorder(tmp_path, RolloutConfig(flush_rows=10_000, feedback_window=4))
+    assert again.counts["feedback_ids_restored"] == 4
+    assert again.feedback("q0", 1.0) is None  # the fifth newest: past the window
+    assert again.feedback("never", 1.0) is None
+    assert again.feedback("q4", 0.5)["rollout_id"] == ids[4]
+    assert again.feedback("q1", 0.25)["rollout_id"] == ids[1]  # in the older file
+    again.flush()
+    reader = RolloutReader(tmp_path, clock=lambda: time.time() + 10)  # the calls end at +0.5 s
+    assert reader.poll() == 5 and reader.counts["unreadable"] == 1
+    batch = reader.next_batch(10)
+    assert batch.rollout_ids == ids
+    assert [e.feedback for e in batch.episodes] == [None, 0.25, None, None, 0.5]
+    assert RolloutRecorder(tmp_path / "new", RolloutConfig()).counts[
+        "feedback_ids_restored"] == 0
+
+
 def test_learner_killed_mid_batch_trains_each_rollout_once(served, tmp_path):
     """Rollouts stream in while a learner trains; it is killed (SIGKILL) between taking a batch
     and committing it, and restarted. In the end every rollout was trained on exactly once:

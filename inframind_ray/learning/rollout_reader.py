@@ -15,7 +15,9 @@ An episode is handed out once its rollout row and all its ``n_decisions`` decisi
 learner). ``max_age_s`` drops episodes older than that when they are read (off-policy data
 past a stated age), counted in ``dropped_old``; an episode whose decision rows are still
 missing ``incomplete_after_s`` after its query ended (the writer dropped them on a failing disk)
-is dropped, counted in ``incomplete``.
+is dropped, counted in ``incomplete``. A file that cannot be read as Parquet (writers rename
+whole files into place, so only a disk fault makes one) is skipped, counted in ``unreadable``,
+and not read again.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ class RolloutReader:
     _feedback: dict[str, tuple[float, float]] = field(default_factory=dict)  # id -> (at, score)
     _done: set[str] = field(default_factory=set)  # acknowledged or handed out
     counts: dict[str, int] = field(default_factory=lambda: {"duplicates": 0, "dropped_old": 0,
-                                                            "incomplete": 0})
+                                                            "incomplete": 0, "unreadable": 0})
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -124,8 +126,13 @@ class RolloutReader:
                 if path.name in self._seen_files:
                     continue
                 self._seen_files.add(path.name)
+                try:
+                    table = pq.read_table(path)
+                except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+                    self.counts["unreadable"] += 1
+                    continue
                 new += 1
-                for row in pq.read_table(path).to_pylist():
+                for row in table.to_pylist():
                     self._take(kind, row)
         return new
 

@@ -20,6 +20,7 @@ reader that sees a file twice can drop the repeats.
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from collections import OrderedDict
@@ -80,6 +81,34 @@ FEEDBACK = pa.schema([
 ])
 SCHEMAS = {"decisions": DECISIONS, "rollouts": ROLLOUTS, "feedback": FEEDBACK}
 MAX_BUFFERED_FACTOR = 4  # rows held when writing fails, as a multiple of flush_rows
+_ROLLOUT_FILE = re.compile(r"rollouts-(\d+)-(\d+)-(\d+)\.parquet")
+
+
+def recent_rollouts(root: Path, n: int) -> OrderedDict[str, str]:
+    """The last ``n`` recorded queries under ``root`` (query id -> rollout id, oldest first),
+    read back from the written rollout files, newest file first until ``n`` ids: a restarted
+    orchestrator takes feedback for queries recorded before it. A file that cannot be read is
+    skipped, as the learner's reader skips it."""
+    files = sorted(((int(m[1]), int(m[3]), p.name, p) for p in root.glob("rollouts-*.parquet")
+                    if (m := _ROLLOUT_FILE.fullmatch(p.name))), reverse=True)
+    tables, rows = [], 0
+    for *_, path in files:
+        if rows >= n:
+            break
+        try:
+            t = pq.read_table(path, columns=["query_id", "rollout_id"])
+        except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+            continue
+        tables.append(t)
+        rows += t.num_rows
+    out: OrderedDict[str, str] = OrderedDict()
+    for t in reversed(tables):  # oldest first: a reused query id keeps its latest rollout
+        for q, r in zip(t["query_id"].to_pylist(), t["rollout_id"].to_pylist(), strict=True):
+            out[q] = r
+            out.move_to_end(q)
+    while len(out) > n:
+        out.popitem(last=False)
+    return out
 
 
 def latency_cost(res: QueryResult) -> float:
@@ -105,7 +134,8 @@ class Episode:
 
 class RolloutRecorder:
     """Episodes of the queries in flight, bounded buffers of finished rows, the recent query ids
-    that accept feedback; ``clock`` gives epoch seconds."""
+    that accept feedback (read back from ``root`` at start: feedback outlives a restart);
+    ``clock`` gives epoch seconds."""
 
     def __init__(self, root: str | Path, cfg: RolloutConfig,
                  clock: Callable[[], float] = time.time) -> None:
@@ -115,9 +145,11 @@ class RolloutRecorder:
         self.live: dict[str, Episode] = {}
         self.buffers: dict[str, list[dict]] = {k: [] for k in SCHEMAS}
         self.oldest: float | None = None  # when the oldest buffered row was added
-        self.recent: OrderedDict[str, str] = OrderedDict()  # query id -> rollout id
+        # query id -> rollout id, the queries already on disk first
+        self.recent = recent_rollouts(self.root, cfg.feedback_window)
         self.counts = {"rollouts": 0, "decisions": 0, "feedback": 0, "dropped_rows": 0,
-                       "not_recorded_duplicate_id": 0, "write_errors": 0}
+                       "not_recorded_duplicate_id": 0, "write_errors": 0,
+                       "feedback_ids_restored": len(self.recent)}
         self.written: list[Path] = []
         self._part = 0
 
@@ -197,7 +229,7 @@ class RolloutRecorder:
 
     def feedback(self, query_id: str, score: float) -> dict | None:
         """A client's score of a recent query (None if the id is not among the last
-        ``feedback_window`` recorded queries)."""
+        ``feedback_window`` recorded queries, those written before a restart included)."""
         rid = self.recent.get(query_id)
         if rid is None:
             return None
