@@ -16,7 +16,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 # the gate's design by a word of the run folder's name, newest first
-DESIGNS = (("lr1e-3", "+ confirmation on 2,000, level spent, harm guard, λ held, lr 1e-3"),
+DESIGNS = (("live3000", "+ confirmation on 2,000, level spent, harm guard, λ held, lr 1e-3, "
+             "live 3,000 s"),
+           ("lr1e-3", "+ confirmation on 2,000, level spent, harm guard, λ held, lr 1e-3"),
            ("held", "+ confirmation on 2,000, level spent, harm guard, λ held"),
            ("guard", "+ confirmation on 2,000, level spent, harm guard"),
            ("spent", "+ confirmation on 2,000, level spent"),
