@@ -20,11 +20,10 @@ reader that sees a file twice can drop the repeats.
 from __future__ import annotations
 
 import os
-import re
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,18 +80,14 @@ FEEDBACK = pa.schema([
 ])
 SCHEMAS = {"decisions": DECISIONS, "rollouts": ROLLOUTS, "feedback": FEEDBACK}
 MAX_BUFFERED_FACTOR = 4  # rows held when writing fails, as a multiple of flush_rows
-_ROLLOUT_FILE = re.compile(r"rollouts-(\d+)-(\d+)-(\d+)\.parquet")
 
 
-def recent_rollouts(root: Path, n: int) -> OrderedDict[str, str]:
-    """The last ``n`` recorded queries under ``root`` (query id -> rollout id, oldest first),
-    read back from the written rollout files, newest file first until ``n`` ids: a restarted
-    orchestrator takes feedback for queries recorded before it. A file that cannot be read is
-    skipped, as the learner's reader skips it."""
-    files = sorted(((int(m[1]), int(m[3]), p.name, p) for p in root.glob("rollouts-*.parquet")
-                    if (m := _ROLLOUT_FILE.fullmatch(p.name))), reverse=True)
+def written_rollouts(root: Path, n: int) -> Iterator[tuple[str, str]]:
+    """(query id, rollout id) of the rollout rows written under ``root``, oldest first, from
+    the newest files that hold at least ``n`` rows (files in the reader's order: by name, whose
+    flush time leads). A file that cannot be read is skipped, as the learner's reader skips it."""
     tables, rows = [], 0
-    for *_, path in files:
+    for path in sorted(root.glob("rollouts-*.parquet"), reverse=True):
         if rows >= n:
             break
         try:
@@ -101,14 +96,8 @@ def recent_rollouts(root: Path, n: int) -> OrderedDict[str, str]:
             continue
         tables.append(t)
         rows += t.num_rows
-    out: OrderedDict[str, str] = OrderedDict()
-    for t in reversed(tables):  # oldest first: a reused query id keeps its latest rollout
-        for q, r in zip(t["query_id"].to_pylist(), t["rollout_id"].to_pylist(), strict=True):
-            out[q] = r
-            out.move_to_end(q)
-    while len(out) > n:
-        out.popitem(last=False)
-    return out
+    for t in reversed(tables):
+        yield from zip(t["query_id"].to_pylist(), t["rollout_id"].to_pylist(), strict=True)
 
 
 def latency_cost(res: QueryResult) -> float:
@@ -145,8 +134,9 @@ class RolloutRecorder:
         self.live: dict[str, Episode] = {}
         self.buffers: dict[str, list[dict]] = {k: [] for k in SCHEMAS}
         self.oldest: float | None = None  # when the oldest buffered row was added
-        # query id -> rollout id, the queries already on disk first
-        self.recent = recent_rollouts(self.root, cfg.feedback_window)
+        self.recent: OrderedDict[str, str] = OrderedDict()  # query id -> rollout id
+        for query_id, rollout_id in written_rollouts(self.root, cfg.feedback_window):
+            self._remember(query_id, rollout_id)  # a restart keeps taking their feedback
         self.counts = {"rollouts": 0, "decisions": 0, "feedback": 0, "dropped_rows": 0,
                        "not_recorded_duplicate_id": 0, "write_errors": 0,
                        "feedback_ids_restored": len(self.recent)}
@@ -220,12 +210,17 @@ class RolloutRecorder:
             "running_at_arrival": ep.load_at_arrival[2]})
         self.counts["rollouts"] += 1
         self.counts["decisions"] += len(ep.decisions)
-        self.recent[ep.query_id] = ep.rollout_id
-        self.recent.move_to_end(ep.query_id)
-        while len(self.recent) > self.cfg.feedback_window:
-            self.recent.popitem(last=False)
+        self._remember(ep.query_id, ep.rollout_id)
         if self._buffered() >= self.cfg.flush_rows:
             self.flush()
+
+    def _remember(self, query_id: str, rollout_id: str) -> None:
+        """Index a recorded query for feedback (its latest rollout), the last
+        ``feedback_window`` of them."""
+        self.recent[query_id] = rollout_id
+        self.recent.move_to_end(query_id)
+        while len(self.recent) > self.cfg.feedback_window:
+            self.recent.popitem(last=False)
 
     def feedback(self, query_id: str, score: float) -> dict | None:
         """A client's score of a recent query (None if the id is not among the last
