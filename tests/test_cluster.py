@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
@@ -96,3 +97,73 @@ def test_serve_deploy_on_two_nodes_places_by_custom_resource(tmp_path):
     assert out["where"]["m_a"]["node_id"] == out["node_a"]
     assert out["where"]["m_b"]["node_id"] == out["node_b"]
     assert out["node_a"] != out["node_b"]
+
+
+LEARN_SCRIPT = r"""
+import json, subprocess, sys
+from pathlib import Path
+from ray.cluster_utils import Cluster
+
+tmp = Path(sys.argv[1])
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+node = cluster.add_node(num_cpus=1, resources={"learner_node": 1})
+cluster.wait_for_nodes()
+try:
+    r = subprocess.run([str(Path(sys.executable).parent / "inframind"), "learn",
+                        "-c", str(tmp / "continual.yaml"), "--out", str(tmp / "out"),
+                        "--iterations", "1", "--address", cluster.address],
+                       capture_output=True, text=True, timeout=420)
+    print("RESULT " + json.dumps({"rc": r.returncode, "tail": (r.stdout + r.stderr)[-3000:],
+                                  "head": cluster.head_node.node_id, "node": node.node_id}))
+finally:
+    cluster.shutdown()
+"""
+
+
+@pytest.mark.slow  # a two-node cluster, the CLI, one RLlib algorithm with a learner actor
+def test_learner_joins_a_two_node_cluster_and_updates_on_the_named_node(tmp_path):
+    """``inframind learn --address`` joins a running two-node cluster (as on a ``ray up`` head
+    node) instead of starting a Ray of its own; with ``ppo.num_learners`` 1 and a custom
+    resource only the second node offers, the PPO update runs in a learner actor on that node;
+    the driver reads the rollouts from the shared records folder, the candidate is registered
+    with trained weights and its rollouts acknowledged."""
+    import torch
+    from live_data import POOL, serve_queries, shipped_policy
+
+    from inframind_ray.config import RolloutConfig
+    from inframind_ray.learning.rollout_reader import Ledger
+    from inframind_ray.policy.learned import DEFAULT_CHECKPOINT
+    from inframind_ray.policy.registry import PolicyRegistry
+    from inframind_ray.serving.rollouts import RolloutRecorder
+
+    served = shipped_policy()
+    records, reg = tmp_path / "rec", PolicyRegistry(tmp_path / "reg")
+    reg.seed(DEFAULT_CHECKPOINT, served[0])
+    rec = RolloutRecorder(records, RolloutConfig(flush_rows=10_000))
+    written = serve_queries(rec, served, 0, 30)
+    rec.flush()
+    dep = yaml.safe_load(POOL.read_text())
+    dep["serving"] |= {"records_dir": str(records), "registry_dir": str(reg.root)}
+    (tmp_path / "dep.yaml").write_text(yaml.safe_dump(dep))
+    (tmp_path / "continual.yaml").write_text(yaml.safe_dump({
+        "deployment": str(tmp_path / "dep.yaml"), "min_age_s": 0, "max_age_s": None,
+        "wait_s": 0.1, "give_up_after_s": 60,
+        "ppo": {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1, "lr": 1e-3,
+                "num_learners": 1, "learner_resources": {"learner_node": 1}}}))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    r = subprocess.run([sys.executable, "-c", LEARN_SCRIPT, str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(next(x for x in r.stdout.splitlines()
+                          if x.startswith("RESULT ")).removeprefix("RESULT "))
+    assert out["rc"] == 0, out["tail"]
+    assert "candidate v0002" in out["tail"]
+    rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["candidate"] for r in rows] == ["v0002"]
+    assert rows[0]["learner_nodes"] == [out["node"]] and out["node"] != out["head"]
+    trained, seed = reg.check("v0002", served[0]), reg.check("v0001", served[0])
+    assert not torch.equal(trained.executor.v[0].weight, seed.executor.v[0].weight)
+    acked = Ledger(tmp_path / "out" / "ledger.json").acked
+    assert len(acked) == rows[0]["acknowledged"] > 0 and acked <= set(written)
+    assert reg.state().active == "v0001"

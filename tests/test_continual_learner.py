@@ -11,7 +11,13 @@ from live_data import POOL, serve_queries, shipped_policy
 
 from inframind_ray.bench.replay_gate import ReplayGateConfig
 from inframind_ray.config import RolloutConfig
-from inframind_ray.learning.continual import ContinualConfig, GateSettings, learn
+from inframind_ray.errors import ConfigError
+from inframind_ray.learning.continual import (
+    ContinualConfig,
+    GateSettings,
+    learn,
+    load_continual_config,
+)
 from inframind_ray.learning.rollout_reader import Ledger
 from inframind_ray.learning.train_config import PPOSettings
 from inframind_ray.policy.learned import DEFAULT_CHECKPOINT
@@ -84,3 +90,17 @@ reaches no canary sends the learner back to the active version; nothing promoted
     assert (third["iteration"], third["candidate"]) == (3, "v0004") and third["rollouts"] > 0
     assert third["lambda"] == 1.0
     assert reg.state().active == "v0001"  # candidates only: nothing is promoted
+
+
+@pytest.mark.parametrize(("ppo", "says"), [
+    ({"num_env_runners": 1}, "ppo.num_env_runners must be 0"),
+    ({"learner_resources": {"gpu_node": 1}}, "learner_resources needs num_learners >= 1"),
+])
+def test_a_learner_config_that_cannot_place_its_work_is_refused(tmp_path, ppo, says):
+    """Sampling must stay in the learner's process (it reads the rollouts); custom resources
+    need learner actors to place: one line each, naming the field."""
+    path = tmp_path / "continual.yaml"
+    path.write_text(yaml.safe_dump({"ppo": ppo}))
+    with pytest.raises(ConfigError, match=says) as e:
+        load_continual_config(path)
+    assert "\n" not in str(e.value)

@@ -160,6 +160,9 @@ def learn(
                                       "a restart resumes from it)")] = Path("runs/continual"),
     iterations: Annotated[int | None, typer.Option(
         min=0, help="PPO iterations (default: the config's; 0 until stopped)")] = None,
+    address: Annotated[str | None, typer.Option(
+        help="Ray cluster to join ('auto' on a `ray up` node; default: a local Ray of this "
+        "process); ppo.num_learners places the update there")] = None,
 ) -> None:
     """Learn from the served pool's live rollouts (RLlib PPO, skeleton of docs/continual.md):
     each iteration's nets become a candidate version in the pool's registry; nothing is
@@ -175,4 +178,4 @@ def learn(
                       f"lambda {row['lambda']:.3f}, skipped {row['skipped']}")
 
     with console.status("waiting for rollouts and training"):
-        run(cfg, out, iterations, on_row=show)
+        run(cfg, out, iterations, on_row=show, address=address)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
@@ -124,6 +124,13 @@ class ContinualConfig(BaseModel):
     """lambda held (``lam_lr`` 0) by default: a batch is the serving version's decisions, so its
     mean cost does not answer to the candidate (docs/continual.md, "The learner's multiplier")."""
     gate: GateSettings = GateSettings()
+
+    @model_validator(mode="after")
+    def _sample_in_the_driver(self) -> ContinualConfig:
+        if self.ppo.num_env_runners:
+            raise ValueError("ppo.num_env_runners must be 0: the live rollouts are read in the "
+                             "learner's own process (use ppo.num_learners to place the update)")
+        return self
 
 
 def load_continual_config(path: str | Path) -> ContinualConfig:
@@ -243,8 +250,14 @@ class LiveRolloutEnvRunner(DecisionEnvRunner):
 
 
 def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
-          on_row: Callable[[dict], None] | None = None) -> dict:
-    """Run the continual learner (see the module docstring); returns the last row."""
+          on_row: Callable[[dict], None] | None = None, address: str | None = None) -> dict:
+    """Run the continual learner (see the module docstring); returns the last row.
+    ``address``: the Ray cluster to join (``auto`` on a ``ray up`` node); default a local Ray
+    of this process. The rollouts are read in this process; the update runs here or, with
+    ``ppo.num_learners``, in learner actors wherever Ray places them (each row's
+    ``learner_nodes``)."""
+    import ray
+
     from inframind_ray.learning.env import EnvConfig, TwinOrchestrationEnv
     from inframind_ray.learning.modules import EXECUTOR, PLANNER
     from inframind_ray.learning.train import (
@@ -277,7 +290,7 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
     reader = RolloutReader(Path(deployment.serving.records_dir).expanduser(), ledger.acked,
                            min_age_s=cfg.min_age_s, max_age_s=cfg.max_age_s)
     source = LiveSource(reader, registry, pool, cfg.wait_s, cfg.give_up_after_s)
-    start_ray()
+    start_ray(address)
     env = TwinOrchestrationEnv(train_cfg.env.model_dump())  # lends its spaces only
     algo = build_algo(train_cfg, env, env_runner_cls=LiveRolloutEnvRunner)
     env.close()
@@ -285,6 +298,8 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
     runner.source = source
     _set_learner_nets(algo, {PLANNER: start.planner.state_dict(),
                              EXECUTOR: start.executor.state_dict()})
+    learner_nodes = sorted({r.get() for r in algo.learner_group.foreach_learner(
+        lambda lr: ray.get_runtime_context().get_node_id())})
     for key, attr in (("lambda", "lam"), ("mu", "mu")):  # the multipliers of the last commit
         if key in ledger.payload:
             v = float(ledger.payload[key])
@@ -321,7 +336,7 @@ def learn(cfg: ContinualConfig, out: Path, iterations: int | None = None,
                 note=f"continual {cfg.name} iteration {it}", actor="learner")
             row = {"iteration": it, "at": round(time.time(), 3), "candidate": meta.version,
                    "rollouts": len(used), "acknowledged": len(batch.episodes), "lambda": lam,
-                   "skipped": dict(source.counts)}
+                   "skipped": dict(source.counts), "learner_nodes": learner_nodes}
             if cfg.gate.enabled and it % cfg.gate.every == 0:
                 g = gate_then_canary(deployment, registry, meta.version, cfg.gate.replay,
                                      cfg.gate.canary, min_gain=cfg.gate.min_gain,

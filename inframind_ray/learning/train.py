@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from inframind_ray.errors import InframindError
 from inframind_ray.learning.pools_draw import capacity_rpm
 from inframind_ray.learning.train_config import TrainConfig, validation_pools
 
@@ -28,12 +29,22 @@ log = logging.getLogger(__name__)
 COLLAPSE_SHARE = 0.9  # one model on more than this share of steps at the lowest eval rate
 
 
-def start_ray() -> None:
-    """A local Ray of this process (never another user's running cluster), if none is up."""
+def start_ray(address: str | None = None) -> None:
+    """Join the Ray cluster at ``address`` (``auto``: the one this node belongs to, as on a
+    ``ray up`` head node), or, without one, start a local Ray of this process (never another
+    user's running cluster); nothing if this process is already connected."""
     import ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        return
+    if address:
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except ConnectionError as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise InframindError(f"cannot join the Ray cluster at {address}: {first}") from None
+    else:
         ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2),
                  include_dashboard=False, log_to_driver=False, configure_logging=False)
 
@@ -81,7 +92,9 @@ def build_algo(cfg: TrainConfig, env=None, env_runner_cls=None):
             vf_loss_coeff=p.vf_loss_coeff, gamma=1.0, lambda_=1.0, use_kl_loss=False,
         )
         .learners(
-            num_learners=0, learner_class=LagrangianPPOLearner,
+            num_learners=p.num_learners, num_gpus_per_learner=p.num_gpus_per_learner,
+            custom_resources_per_learner=dict(p.learner_resources),
+            learner_class=LagrangianPPOLearner,
             learner_connector=lambda *a, **k: LagrangianReward(
                 lam=cfg.lagrangian.lam_init,
                 mu=cfg.lagrangian.mu_init if cfg.lagrangian.accuracy_floor is not None else 0.0),

@@ -35,6 +35,20 @@ class PPOSettings(BaseModel):
     num_env_runners: int = Field(0, ge=0)
     """Remote sampling processes (0: sample in the driver)."""
     num_envs_per_env_runner: int = Field(1, ge=1)
+    num_learners: int = Field(0, ge=0)
+    """Learner actors that run the update (0: in the driver). On a multi-node cluster Ray
+    places them like any actor: with ``num_gpus_per_learner`` on a GPU node, with
+    ``learner_resources`` on the node type of ``cluster.yaml`` that offers those resources."""
+    num_gpus_per_learner: float = Field(0.0, ge=0)
+    learner_resources: dict[str, float] = Field(default_factory=dict)
+    """Custom resources each learner actor asks for (needs ``num_learners`` >= 1)."""
+
+    @model_validator(mode="after")
+    def _resources_need_actors(self) -> PPOSettings:
+        if self.learner_resources and self.num_learners == 0:
+            raise ValueError("learner_resources needs num_learners >= 1 (the driver's own "
+                             "learner cannot be placed)")
+        return self
     torch_threads: int = Field(1, ge=1)
     """Torch intra-op threads of the learner's update in this process. Sampling always runs
     with one (``DecisionEnvRunner.sample``): its batch-16 forward passes gain nothing from
