@@ -8,14 +8,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
-from inframind_ray.config import load_pool
+from inframind_ray.config import RolloutConfig, load_pool
 from inframind_ray.core.request import RequestStatus
 from inframind_ray.core.topology import build_graph
 from inframind_ray.core.types import LoadSnapshot, StepContext, SystemState
 from inframind_ray.orchestration.runner import AgentResult, QueryResult
 from inframind_ray.policy.learned import DEFAULT_CHECKPOINT, LearnedPolicy
 from inframind_ray.policy.recording import RecordingPolicy
+from inframind_ray.policy.registry import PolicyRegistry
 from inframind_ray.pools.cards import build_pool_info
 from inframind_ray.serving.rollouts import RolloutRecorder
 from inframind_ray.tasks.registry import family
@@ -27,6 +29,18 @@ def shipped_policy() -> tuple:
     """(pool info, the shipped learned policy) of the serving tests' pool."""
     pool = build_pool_info(load_pool(POOL))
     return pool, LearnedPolicy.load(DEFAULT_CHECKPOINT, pool)
+
+
+def live_deployment(tmp: Path, served: tuple) -> tuple[RolloutRecorder, PolicyRegistry, Path]:
+    """A recorder and a registry (seeded with the shipped policy as v0001) under ``tmp``, and
+    ``tmp/dep.yaml``: the serving tests' pool with its records and registry folders there."""
+    reg = PolicyRegistry(tmp / "reg")
+    reg.seed(DEFAULT_CHECKPOINT, served[0])
+    rec = RolloutRecorder(tmp / "rec", RolloutConfig(flush_rows=10_000))
+    dep = yaml.safe_load(POOL.read_text())
+    dep["serving"] |= {"records_dir": str(rec.root), "registry_dir": str(reg.root)}
+    (tmp / "dep.yaml").write_text(yaml.safe_dump(dep))
+    return rec, reg, tmp / "dep.yaml"
 
 
 def serve_queries(rec: RolloutRecorder, served: tuple, first: int, n: int,

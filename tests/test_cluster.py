@@ -128,25 +128,15 @@ def test_learner_joins_a_two_node_cluster_and_updates_on_the_named_node(tmp_path
     the driver reads the rollouts from the shared records folder, the candidate is registered
     with trained weights and its rollouts acknowledged."""
     import torch
-    from live_data import POOL, serve_queries, shipped_policy
+    from live_data import live_deployment, serve_queries, shipped_policy
 
-    from inframind_ray.config import RolloutConfig
     from inframind_ray.learning.rollout_reader import Ledger
-    from inframind_ray.policy.learned import DEFAULT_CHECKPOINT
-    from inframind_ray.policy.registry import PolicyRegistry
-    from inframind_ray.serving.rollouts import RolloutRecorder
 
     served = shipped_policy()
-    records, reg = tmp_path / "rec", PolicyRegistry(tmp_path / "reg")
-    reg.seed(DEFAULT_CHECKPOINT, served[0])
-    rec = RolloutRecorder(records, RolloutConfig(flush_rows=10_000))
-    written = serve_queries(rec, served, 0, 30)
-    rec.flush()
-    dep = yaml.safe_load(POOL.read_text())
-    dep["serving"] |= {"records_dir": str(records), "registry_dir": str(reg.root)}
-    (tmp_path / "dep.yaml").write_text(yaml.safe_dump(dep))
+    rec, reg, dep = live_deployment(tmp_path, served)
+    written = serve_queries(rec, served, 0, 30)  # finished and flushed
     (tmp_path / "continual.yaml").write_text(yaml.safe_dump({
-        "deployment": str(tmp_path / "dep.yaml"), "min_age_s": 0, "max_age_s": None,
+        "deployment": str(dep), "min_age_s": 0, "max_age_s": None,
         "wait_s": 0.1, "give_up_after_s": 60,
         "ppo": {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1, "lr": 1e-3,
                 "num_learners": 1, "learner_resources": {"learner_node": 1}}}))

@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
-from live_data import POOL, serve_queries, shipped_policy
+from live_data import live_deployment, serve_queries, shipped_policy
 
 from inframind_ray.bench.replay_gate import ReplayGateConfig
-from inframind_ray.config import RolloutConfig
 from inframind_ray.errors import ConfigError
 from inframind_ray.learning.continual import (
     ContinualConfig,
@@ -20,9 +19,6 @@ from inframind_ray.learning.continual import (
 )
 from inframind_ray.learning.rollout_reader import Ledger
 from inframind_ray.learning.train_config import PPOSettings
-from inframind_ray.policy.learned import DEFAULT_CHECKPOINT
-from inframind_ray.policy.registry import PolicyRegistry
-from inframind_ray.serving.rollouts import RolloutRecorder
 
 
 @pytest.fixture(scope="module")
@@ -45,18 +41,13 @@ def test_learns_from_live_rollouts_and_resumes(ray_local, tmp_path):
 reaches no canary sends the learner back to the active version; nothing promoted."""
     served = shipped_policy()
     pool = served[0]
-    records, reg = tmp_path / "rec", PolicyRegistry(tmp_path / "reg")
-    reg.seed(DEFAULT_CHECKPOINT, pool)
-    rec = RolloutRecorder(records, RolloutConfig(flush_rows=10_000))
+    rec, reg, dep = live_deployment(tmp_path, served)
     written = serve_queries(rec, served, 0, 30, explore_every=3)  # a third explore
     for i in range(0, 30, 2):  # clients say half the answers were useless
         rec.feedback(f"q{i}", 0.0)
     rec.flush()
-    dep = yaml.safe_load(POOL.read_text())
-    dep["serving"] |= {"records_dir": str(records), "registry_dir": str(reg.root)}
-    (tmp_path / "dep.yaml").write_text(yaml.safe_dump(dep))
     ppo = PPOSettings(iterations=1, train_batch_size=64, minibatch_size=32, num_epochs=1, lr=1e-3)
-    cfg = ContinualConfig(deployment=str(tmp_path / "dep.yaml"), min_age_s=0, max_age_s=None,
+    cfg = ContinualConfig(deployment=str(dep), min_age_s=0, max_age_s=None,
                           wait_s=0.1, give_up_after_s=20, ppo=ppo)
     out = tmp_path / "out"
     first = learn(cfg, out)

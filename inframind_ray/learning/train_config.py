@@ -42,13 +42,6 @@ class PPOSettings(BaseModel):
     num_gpus_per_learner: float = Field(0.0, ge=0)
     learner_resources: dict[str, float] = Field(default_factory=dict)
     """Custom resources each learner actor asks for (needs ``num_learners`` >= 1)."""
-
-    @model_validator(mode="after")
-    def _resources_need_actors(self) -> PPOSettings:
-        if self.learner_resources and self.num_learners == 0:
-            raise ValueError("learner_resources needs num_learners >= 1 (the driver's own "
-                             "learner cannot be placed)")
-        return self
     torch_threads: int = Field(1, ge=1)
     """Torch intra-op threads of the learner's update in this process. Sampling always runs
     with one (``DecisionEnvRunner.sample``): its batch-16 forward passes gain nothing from
@@ -56,6 +49,13 @@ class PPOSettings(BaseModel):
     (docs/learning.md, "Training throughput"). 2 on two free cores made whole iterations about
     a fifth faster (the shipped ``rllib_configs/default.yaml``); on a shared machine keep 1.
     Remote env runners get Ray's one thread per CPU."""
+
+    @model_validator(mode="after")
+    def _resources_need_actors(self) -> PPOSettings:
+        if self.learner_resources and self.num_learners == 0:
+            raise ValueError("learner_resources needs num_learners >= 1 (the driver's own "
+                             "learner cannot be placed)")
+        return self
 
 
 class LagrangianSettings(BaseModel):
