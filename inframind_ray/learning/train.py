@@ -39,6 +39,9 @@ def start_ray(address: str | None = None) -> None:
     if ray.is_initialized():
         return
     if address:
+        from inframind_ray.serving.ray_address import check_reachable
+
+        check_reachable(address)
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except ConnectionError as e:
