@@ -217,6 +217,17 @@ of the time against 62.5 % overall; 16 % of its output tokens lie beyond that le
 0.4 % of its correct answers. Chosen on the validation split among 0.95 / 0.97 / 0.98 / 0.99
 (experiments/token_budget_check.py, docs/learning.md)."""
 
+BUDGET_TAIL_MAX_ACCURACY = 0.5
+"""A ``"tail"`` token budget (``core.types.TaskCard.budget``) cuts a (model, task family) only
+where its train answers longer than the budget are right less often than this: "mostly wrong",
+the budget's own premise above. It holds for MMLU-Pro (2-15 % right beyond the budget) and MATH
+(0 %) but not for GSM8K, where the 70B's answers beyond its 303 tokens are right 81 % of the
+time (docs/learning/journal.md, 2026-12-06)."""
+
+BUDGET_TAIL_MIN_ANSWERS = 5
+"""Fewer train answers than this beyond the budget cannot show the tail is mostly wrong: the
+serving cap applies (the code families have one such answer per model)."""
+
 # --- workload -----------------------------------------------------------------------------------
 BUDGET_RANGE_S = (20.0, 90.0)
 """Default latency budget per query: uniform between these seconds. Wide enough that a

@@ -238,6 +238,49 @@ def test_priced_topology_sheds_the_queries_that_gain_least(pool):
     assert moved.model != big and moved.strategy is Strategy.DEEPTHINK
 
 
+def test_a_tail_budget_cuts_only_where_the_cut_answers_are_mostly_wrong():
+    """The DeepThink budget's premise (its longest answers are mostly wrong) holds per (model,
+    task family) or not: with ``token_budget = "tail"`` the default pool's 70B keeps its
+    MMLU-Pro and MATH budgets (2-15 % and 0 % right beyond them on the train split) and loses
+    its GSM8K one (81 % right beyond 303 tokens) and the code ones (one answer beyond: too few
+    to tell); ``True`` keeps every budget, as checkpoints before the rule did."""
+    from inframind_ray.config import load_pool
+    from inframind_ray.core.strategy import Strategy
+    from inframind_ray.core.topology import build_graph
+    from inframind_ray.core.types import LoadSnapshot, QueryInfo, StepContext, SystemState
+    from inframind_ray.policy.baselines import IO_PLAN, PricedTail, PricedTopology
+    from inframind_ray.pools.cards import build_pool_info
+    from inframind_ray.pools.recorded import tail_right
+
+    lengths = np.array([10, 20, 30, 40, 50, 60, 70])
+    assert not tail_right(lengths, np.array([1, 1, 0, 0, 0, 0, 1.0]), 20)  # 1 of 5 right beyond
+    assert tail_right(lengths, np.array([0, 0, 1, 1, 1, 0, 1.0]), 20)  # 4 of 5
+    assert tail_right(np.arange(10), np.zeros(10), 6)  # 3 beyond: too few to tell
+    info = build_pool_info(load_pool("default"))
+    big = info["llama-3.1-70b"]
+    for fam in ("mmlu_pro", "math"):
+        c = big.card(fam)
+        assert c.budget("tail") == c.budget(True) == c.budget_tokens > 0 and not c.budget(False)
+    for fam in ("gsm8k", "humaneval", "mbpp"):
+        c = big.card(fam)
+        assert c.budget(True) == c.budget_tokens > 0 and c.budget("tail") == 0
+        assert big.call_tokens(Strategy.DEEPTHINK, "tail", fam) == c.expected_tokens[
+            Strategy.DEEPTHINK] > big.call_tokens(Strategy.DEEPTHINK, True, fam)
+    assert info["phi-3-mini"].card("gsm8k").budget("tail") > 0  # 25 % right beyond: cut
+
+    node = build_graph(IO_PLAN).nodes[0]
+    idle = SystemState(0.0, {m: LoadSnapshot(m, 1, 0, 0, 0.0, 0.5, 0.03, 4.0, 0.0)
+                             for m in info.names})
+    for task, cut in (("gsm8k", False), ("mmlu_pro", True)):
+        q = QueryInfo("q", "text", 90.0, 0.0, category="math", task=task, prompt_tokens=300)
+        ctx = StepContext(q, IO_PLAN, node, 1, 0.0, idle)
+        old, new = PricedTopology(info).decide(ctx), PricedTail(info).decide(ctx)
+        assert (new.model, new.strategy) == (big.name, Strategy.DEEPTHINK) == (old.model,
+                                                                              old.strategy)
+        assert old.max_tokens == big.card(task).budget_tokens
+        assert new.max_tokens == (big.card(task).budget_tokens if cut else None)
+
+
 def test_priced_topology_beats_strongest_topology_under_congestion(pool):
     """The toll keeps the 70B's queue short enough for the SLO and spends its slot time where
     depth gains most: better goodput than depth shedding by budget alone at 300 req/min."""

@@ -272,6 +272,12 @@ def test_token_budget(setup, tmp_path):
     spec = (tmp_path / "ck" / "spec.json")
     spec.write_text(spec.read_text().replace('"token_budget": true', '"x": 0'))
     assert not LearnedPolicy.load(tmp_path / "ck", info).token_budget  # older checkpoints
+    LearnedPolicy(info, seed=0, token_budget="tail").save(tmp_path / "tail")
+    assert LearnedPolicy.load(tmp_path / "tail", info).token_budget == "tail"
+    spec = tmp_path / "tail" / "spec.json"
+    spec.write_text(spec.read_text().replace('"token_budget": "tail"', '"token_budget": "all"'))
+    with pytest.raises(CheckpointError, match="token_budget 'all' is not true, false or 'tail'"):
+        LearnedPolicy.load(tmp_path / "tail", info)
 
     class TooLong(LearnedPolicy):
         def _decide(self, c):

@@ -8,6 +8,7 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import Literal
 
 import numpy as np
 
@@ -135,6 +136,22 @@ class TaskCard:
     retention: Mapping[Strategy, float]
     budget_tokens: int = 0
     budget_expected_tokens: float = 0.0
+    budget_tail_right: bool = False
+    """Whether the train answers longer than ``budget_tokens`` are mostly right (or too few to
+    tell): a ``"tail"`` budget (``TokenBudget``) then leaves the serving cap."""
+
+    def budget(self, token_budget: TokenBudget) -> int:
+        """The DeepThink cap of a policy with this ``token_budget`` on this family, 0 for none:
+        ``False`` none; ``True`` the budget on every family (checkpoints before the tail rule);
+        ``"tail"`` only where the answers beyond it are mostly wrong."""
+        if not token_budget or (token_budget == "tail" and self.budget_tail_right):
+            return 0
+        return self.budget_tokens
+
+
+TokenBudget = bool | Literal["tail"]
+"""A policy's DeepThink token budget: off, on every family (``True``) or only where the cut
+answers are mostly wrong (``"tail"``, assumptions.BUDGET_TAIL_MAX_ACCURACY)."""
 
 
 @dataclass(frozen=True)
@@ -168,11 +185,11 @@ class ModelInfo:
                         self.expected_tokens, {s: 1.0 for s in Strategy}, self.budget_tokens,
                         self.budget_expected_tokens)
 
-    def call_tokens(self, strategy: Strategy, token_budget: bool = False,
+    def call_tokens(self, strategy: Strategy, token_budget: TokenBudget = False,
                     task: str = "mmlu_pro") -> float:
         """Expected output tokens of one call (under the DeepThink budget if ``token_budget``)."""
         c = self.card(task)
-        if token_budget and strategy is Strategy.DEEPTHINK and c.budget_tokens:
+        if strategy is Strategy.DEEPTHINK and c.budget(token_budget):
             return c.budget_expected_tokens
         return c.expected_tokens[strategy]
 

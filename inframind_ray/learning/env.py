@@ -33,7 +33,7 @@ from inframind_ray import assumptions as A
 from inframind_ray.config import PoolConfig, load_pool
 from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.topology import build_graph
-from inframind_ray.core.types import PoolInfo
+from inframind_ray.core.types import PoolInfo, TokenBudget
 from inframind_ray.learning.pools_draw import PoolSource, capacity_rpm
 from inframind_ray.learning.subsim import Episode, SimPool, SubSim, start_pool
 from inframind_ray.orchestration.runner import AgentResult, QueryResult
@@ -87,9 +87,10 @@ class EnvConfig(BaseModel):
     latency EWMAs as if it had served load before (``pool_history``). Without it the models a
     policy leaves idle always report zero latency in training, and a served pool, where every
     model has served something, is out of distribution."""
-    token_budget: bool = True
+    token_budget: TokenBudget = True
     """The policy caps DeepThink calls at each model's token budget (``Policy.token_budget``,
-    policy/base.py) and its price list expects the capped lengths."""
+    policy/base.py) and its price list expects the capped lengths: ``true`` on every task family,
+    ``tail`` only where the answers it cuts are mostly wrong (``TaskCard.budget``)."""
     deadlines: bool = True
     """False: the budget-free workload (``bench --no-deadlines``): calls carry no deadline, so no
     queue sheds and nothing aborts a late call; the reward still reads the query's budget (a late

@@ -18,7 +18,7 @@ import numpy as np
 
 from inframind_ray.config import PoolConfig, load_pool
 from inframind_ray.core.strategy import Strategy
-from inframind_ray.core.types import PoolInfo
+from inframind_ray.core.types import PoolInfo, TokenBudget
 from inframind_ray.errors import ConfigError
 from inframind_ray.learning.subsim import SimPool
 from inframind_ray.policy.features import FeatureBuilder
@@ -28,7 +28,7 @@ from inframind_ray.twin.outcome import OutcomeModel
 CACHED_POOLS = 64  # sampled pools whose outcomes and features are kept between episodes
 
 
-def sim_pool(cfg: PoolConfig, token_budget: bool) -> SimPool:
+def sim_pool(cfg: PoolConfig, token_budget: TokenBudget) -> SimPool:
     """A pool with its policy view, outcome model and feature builder."""
     info = build_pool_info(cfg)
     return SimPool(cfg, info, OutcomeModel.for_models(cfg.models),
@@ -50,7 +50,7 @@ def capacity_rpm(info: PoolInfo, tasks: dict[str, float]) -> float:
 class PoolSource:
     """Draws each episode's pool (see the module docstring); pools are built once and kept."""
 
-    def __init__(self, default: SimPool, pools: list[str] | str | None, token_budget: bool,
+    def __init__(self, default: SimPool, pools: list[str] | str | None, token_budget: TokenBudget,
                  fits: Callable[[SimPool], str | None]) -> None:
         self.default, self.pools, self.token_budget, self.fits = (default, pools, token_budget,
                                                                    fits)

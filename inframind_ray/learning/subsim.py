@@ -16,7 +16,14 @@ import numpy as np
 
 from inframind_ray.config import PoolConfig
 from inframind_ray.core.topology import Plan
-from inframind_ray.core.types import PoolInfo, QueryInfo, StepContext, StepDecision, SystemState
+from inframind_ray.core.types import (
+    PoolInfo,
+    QueryInfo,
+    StepContext,
+    StepDecision,
+    SystemState,
+    TokenBudget,
+)
 from inframind_ray.orchestration.runner import QueryResult, run_query
 from inframind_ray.policy.base import Policy
 from inframind_ray.policy.features import FeatureBuilder, plan_of
@@ -66,7 +73,7 @@ class _Bridge(Policy):
 
     name = "rl-bridge"
 
-    def __init__(self, sim: SubSim, token_budget: bool) -> None:
+    def __init__(self, sim: SubSim, token_budget: TokenBudget) -> None:
         super().__init__(sim.pool.info)
         self.sim, self.f = sim, sim.pool.features
         self.token_budget = token_budget
@@ -96,7 +103,7 @@ class _Bridge(Policy):
 class SubSim:
     """One episode on its own simulated loop; ``pending`` is the decision it waits for."""
 
-    def __init__(self, index: int, pool: SimPool, ep: Episode, token_budget: bool) -> None:
+    def __init__(self, index: int, pool: SimPool, ep: Episode, token_budget: TokenBudget) -> None:
         self.index, self.pool, self.episode = index, pool, ep
         self.pending: tuple[str, dict] | None = None
         self.results: list[QueryResult] = []  # finished queries not yet collected

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from inframind_ray.core.types import TokenBudget
 from inframind_ray.errors import InframindError
 from inframind_ray.learning.pools_draw import capacity_rpm
 from inframind_ray.learning.train_config import TrainConfig, validation_pools
@@ -125,7 +126,8 @@ def _set_learner_nets(algo, nets: dict) -> None:
                                        inference_only=True)
 
 
-def export_policy(algo, pool_info, hidden: int, path: Path, token_budget: bool = False) -> Path:
+def export_policy(algo, pool_info, hidden: int, path: Path,
+                  token_budget: TokenBudget = False) -> Path:
     """Write the learner's current nets as a LearnedPolicy checkpoint."""
     from inframind_ray.learning.modules import EXECUTOR, PLANNER
     from inframind_ray.policy.learned import LearnedPolicy

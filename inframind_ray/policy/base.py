@@ -21,7 +21,7 @@ class Policy(ABC):
     """Planner + executor. Subclasses implement ``_plan`` and ``_decide``."""
 
     name: ClassVar[str] = "policy"
-    token_budget: bool = False  # cap DeepThink calls at ModelInfo.budget_tokens
+    token_budget: T.TokenBudget = False  # cap DeepThink at the card budget (TaskCard.budget)
 
     def __init__(self, pool: T.PoolInfo, seed: int = 0) -> None:
         self.pool = pool
@@ -50,9 +50,9 @@ class Policy(ABC):
             raise ValueError(f"{self.name}: strategy {d.strategy.value} not allowed here")
         card = self.pool[d.model].card(ctx.query.task)
         cap = card.max_tokens[d.strategy]
-        if (self.token_budget and d.max_tokens is None and d.strategy is Strategy.DEEPTHINK
-                and card.budget_tokens):
-            d = replace(d, max_tokens=card.budget_tokens)
+        budget = card.budget(self.token_budget)
+        if budget and d.max_tokens is None and d.strategy is Strategy.DEEPTHINK:
+            d = replace(d, max_tokens=budget)
         if d.max_tokens is not None and not 1 <= d.max_tokens <= cap:
             raise ValueError(f"{self.name}: max_tokens {d.max_tokens} outside [1, {cap}] for "
                              f"{d.model} {d.strategy.value}")

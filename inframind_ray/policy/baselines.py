@@ -2,9 +2,10 @@
 
 Names on the command line and in results: always-strongest, static-task, moa, random,
 round-robin, least-loaded, infra-heuristic, oracle; and the learned ``inframind`` policy.
-``infra-topology``, ``strongest-topology`` and ``priced-topology`` (warm-start teachers, the last
-the current one; ``priced-topology-slots`` its slot-counting predecessor) are registered too but
-are not default bench baselines.
+``infra-topology``, ``strongest-topology``, ``priced-topology`` and ``priced-topology-tail``
+(warm-start teachers; ``priced-topology-slots`` the slot-counting predecessor of
+``priced-topology``, ``-tail`` its successor with a budget only where it cuts wrong answers) are
+registered too but are not default bench baselines.
 """
 
 from __future__ import annotations
@@ -302,6 +303,17 @@ class PricedSlots(PricedTopology):
     KV_AWARE = False
 
 
+class PricedTail(PricedTopology):
+    """``priced-topology`` with the DeepThink budget only where the answers it cuts are mostly
+    wrong (``token_budget = "tail"``, ``TaskCard.budget``): MMLU-Pro and MATH keep it; GSM8K of
+    the stronger models and the code families keep the serving cap. ``priced-topology`` (the
+    budget on every family) stays as it was, for the figures made with it (docs/learning.md,
+    docs/learning/journal.md)."""
+
+    name = "priced-topology-tail"
+    token_budget = "tail"
+
+
 class Pinned(Policy):
     """Every query: one agent on one named model, step by step (``pinned:MODEL``): calibration
     runs and debugging, not a routing policy."""
@@ -356,7 +368,7 @@ POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (LearnedPolicy, PositionalPolicy, AlwaysStrongest, StaticTask, MoA, RandomPolicy,
                 RoundRobin, LeastLoaded, InfraHeuristic, InfraTopology, StrongestTopology,
-                PricedTopology, PricedSlots, Oracle)
+                PricedTopology, PricedSlots, PricedTail, Oracle)
 }
 
 

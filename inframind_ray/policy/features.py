@@ -29,7 +29,14 @@ from inframind_ray.core.topology import (
     Plan,
     Topology,
 )
-from inframind_ray.core.types import LoadSnapshot, PoolInfo, QueryInfo, StepContext, SystemState
+from inframind_ray.core.types import (
+    LoadSnapshot,
+    PoolInfo,
+    QueryInfo,
+    StepContext,
+    SystemState,
+    TokenBudget,
+)
 from inframind_ray.errors import ConfigError
 
 EMB_DIM = EMBEDDING_DIM
@@ -94,7 +101,7 @@ def check_pool_size(pool: PoolInfo) -> None:
 class FeatureBuilder:
     """Padded per-model rows, globals and action masks for one pool (row i = pool.models[i])."""
 
-    def __init__(self, pool: PoolInfo, token_budget: bool = False) -> None:
+    def __init__(self, pool: PoolInfo, token_budget: TokenBudget = False) -> None:
         check_pool_size(pool)
         self.pool = pool
         self.token_budget = token_budget  # price DeepThink under the policy's token budget

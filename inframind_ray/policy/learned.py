@@ -22,7 +22,14 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from inframind_ray.core.topology import Plan
-from inframind_ray.core.types import PoolInfo, QueryInfo, StepContext, StepDecision, SystemState
+from inframind_ray.core.types import (
+    PoolInfo,
+    QueryInfo,
+    StepContext,
+    StepDecision,
+    SystemState,
+    TokenBudget,
+)
 from inframind_ray.errors import ConfigError, InframindError
 from inframind_ray.policy.base import Policy
 from inframind_ray.policy.features import (
@@ -166,7 +173,7 @@ class LearnedPolicy(Policy):
     name = "inframind"
 
     def __init__(self, pool: PoolInfo, seed: int = 0, hidden: int = 128,
-                 token_budget: bool = False) -> None:
+                 token_budget: TokenBudget = False) -> None:
         super().__init__(pool, seed)
         torch.manual_seed(seed)
         self.token_budget = token_budget
@@ -268,8 +275,11 @@ class LearnedPolicy(Policy):
             check_pool_size(pool)
         except ConfigError as e:
             raise CheckpointError(f"checkpoint {path}: {e.message}") from None
-        policy = cls(pool, hidden=int(spec.get("hidden", 128)),
-                     token_budget=bool(spec.get("token_budget", False)))
+        budget = spec.get("token_budget", False)
+        if budget not in (True, False, "tail"):
+            raise CheckpointError(f"checkpoint {path}: token_budget {budget!r} is not true, false "
+                                  "or 'tail'")
+        policy = cls(pool, hidden=int(spec.get("hidden", 128)), token_budget=budget)
         try:
             tensors = load_file(path / "policy.safetensors")
         except FileNotFoundError:

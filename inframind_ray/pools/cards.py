@@ -17,19 +17,21 @@ def task_cards(m: ModelConfig) -> dict[str, TaskCard]:
     """A card per task family the model has records (or a stand-in) for, MMLU-Pro first."""
     rec = recorded_model(m.recorded_for("mmlu_pro"))
     budget, budget_expected = rec.length_budget(A.TOKEN_BUDGET_QUANTILE)
+    budget = min(budget, rec.max_tokens[Strategy.DEEPTHINK])
     cards = {"mmlu_pro": TaskCard(
         rec.accuracy, dict(rec.accuracy_by_category), dict(rec.max_tokens),
         dict(rec.expected_tokens), A.STRATEGY_RETENTION_BY_TASK["mmlu_pro"],
-        min(budget, rec.max_tokens[Strategy.DEEPTHINK]), budget_expected)}
+        budget, budget_expected, rec.tail_right(budget))}
     for fam in TASK_FAMILIES:
         name = m.recorded_for(fam)
         if name is None:
             continue
         r = recorded_task_model(fam, name)
         budget, budget_expected = r.length_budget(A.TOKEN_BUDGET_QUANTILE)
+        budget = min(budget, r.max_tokens[Strategy.DEEPTHINK])
         cards[fam] = TaskCard(r.accuracy, {}, dict(r.max_tokens),
                               dict(r.expected_tokens), A.STRATEGY_RETENTION_BY_TASK[fam],
-                              min(budget, r.max_tokens[Strategy.DEEPTHINK]), budget_expected)
+                              budget, budget_expected, r.tail_right(budget))
     return cards
 
 

@@ -27,6 +27,16 @@ def strategy_tokens(full: np.ndarray | int, s: Strategy) -> np.ndarray | int:
     return np.clip(np.round(np.asarray(full) * frac), lo, hi).astype(int)
 
 
+def tail_right(full: np.ndarray, right: np.ndarray, cap: int) -> bool:
+    """Whether the answers longer than ``cap`` (lengths ``full``, 1/0 or pass@1 ``right``) are
+    right at least ``A.BUDGET_TAIL_MAX_ACCURACY`` of the time, or fewer than
+    ``A.BUDGET_TAIL_MIN_ANSWERS`` to tell: a budget there would cut answers worth keeping."""
+    above = full > cap
+    if int(above.sum()) < A.BUDGET_TAIL_MIN_ANSWERS:
+        return True
+    return float(np.nanmean(right[above])) >= A.BUDGET_TAIL_MAX_ACCURACY
+
+
 @dataclass(frozen=True)
 class RecordedModel:
     """One recorded model's answers (arrays aligned with the MMLU-Pro rows) and their statistics
@@ -47,6 +57,11 @@ class RecordedModel:
         full = self.full_tokens[mmlu_pro().splits == "train"]
         cap = int(np.quantile(full, quantile))
         return cap, float(np.minimum(full, cap).mean())
+
+    def tail_right(self, cap: int) -> bool:
+        """Whether its train answers longer than ``cap`` are mostly right (``tail_right``)."""
+        train = mmlu_pro().splits == "train"
+        return tail_right(self.full_tokens[train], self.correct[train].astype(float), cap)
 
 
 def _card_key(name: str) -> tuple[str, str] | None:
@@ -183,6 +198,11 @@ class RecordedTaskModel:
         full = self.full_tokens[_train_recorded(self.family)]
         cap = int(np.quantile(full, quantile))
         return cap, float(np.minimum(full, cap).mean())
+
+    def tail_right(self, cap: int) -> bool:
+        """Whether its train answers longer than ``cap`` are mostly right (``tail_right``)."""
+        train = _train_recorded(self.family)
+        return tail_right(self.full_tokens[train], self.p_correct[train], cap)
 
 
 def _train_recorded(family: str) -> np.ndarray:
