@@ -22,7 +22,6 @@ import numpy as np
 import yaml
 
 from inframind_ray.core.types import TokenBudget
-from inframind_ray.errors import InframindError
 from inframind_ray.learning.pools_draw import capacity_rpm
 from inframind_ray.learning.train_config import TrainConfig, validation_pools
 
@@ -40,14 +39,9 @@ def start_ray(address: str | None = None) -> None:
     if ray.is_initialized():
         return
     if address:
-        from inframind_ray.serving.ray_address import check_reachable
+        from inframind_ray.serving.ray_address import join
 
-        check_reachable(address)
-        try:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
-        except ConnectionError as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise InframindError(f"cannot join the Ray cluster at {address}: {first}") from None
+        join(address, log_to_driver=False, configure_logging=False)
     else:
         ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2),
                  include_dashboard=False, log_to_driver=False, configure_logging=False)

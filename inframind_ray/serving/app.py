@@ -13,12 +13,11 @@ from ray.serve import Application
 from ray.serve.api import RunTarget
 
 from inframind_ray.config import ModelConfig, PoolConfig
-from inframind_ray.errors import InframindError
 from inframind_ray.serving.api import make_ingress
 from inframind_ray.serving.failover import STANDBY
 from inframind_ray.serving.health import HEALTH_APP, HEALTH_PATH, Health
 from inframind_ray.serving.orchestrator import APP_NAME, Orchestrator
-from inframind_ray.serving.ray_address import check_reachable
+from inframind_ray.serving.ray_address import join
 from inframind_ray.serving.replica import NAMESPACE, ORCHESTRATOR, ModelReplica, deployment_name
 from inframind_ray.serving.router import router_config
 
@@ -106,12 +105,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        check_reachable(address)
-        try:
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
-        except ConnectionError as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise InframindError(f"cannot join the Ray cluster at {address}: {first}") from None
+        join(address, namespace=NAMESPACE, log_to_driver=False)
         return False
     extra = {} if metrics_export_port is None else {"_metrics_export_port": metrics_export_port}
     ray.init(num_cpus=num_cpus or max(8, os.cpu_count() or 1), include_dashboard=False,

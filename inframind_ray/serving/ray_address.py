@@ -47,3 +47,16 @@ def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
         raise InframindError(f"cannot join the Ray cluster at {address}: nothing answers at "
                              f"{hp[0]}:{hp[1]} ({why.lower()} after at most {timeout_s:g} s)"
                              ) from None
+
+
+def join(address: str, **init_kwargs: object) -> None:
+    """``ray.init(address=address, **init_kwargs)`` after ``check_reachable``; a Ray that still
+    cannot connect (``auto`` with no cluster on this node) becomes one InframindError line."""
+    import ray
+
+    check_reachable(address)
+    try:
+        ray.init(address=address, **init_kwargs)
+    except ConnectionError as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise InframindError(f"cannot join the Ray cluster at {address}: {first}") from None
