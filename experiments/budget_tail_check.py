@@ -16,16 +16,15 @@ import numpy as np
 from inframind_ray import data
 from inframind_ray.config import load_pool, resolve_pool_path
 from inframind_ray.core.types import PoolInfo
-from inframind_ray.pools.recorded import recorded_task_model
+from inframind_ray.data import TASK_FAMILIES
+from inframind_ray.pools.cards import build_pool_info
+from inframind_ray.pools.recorded import recorded_model, recorded_task_model
+from inframind_ray.tasks.mmlu_pro import mmlu_pro
 
 
 def tail_table(info: PoolInfo, cfg) -> None:  # noqa: ANN001 - a PoolConfig
     """Print the train-split tail beyond each (model, family) budget and whether the card keeps
     the budget under ``token_budget = "tail"`` (``TaskCard.budget``)."""
-    from inframind_ray.data import TASK_FAMILIES
-    from inframind_ray.pools.recorded import recorded_model
-    from inframind_ray.tasks.mmlu_pro import mmlu_pro
-
     print("| model | family | budget (tokens) | answers above | right above | right overall "
           "| kept |")
     print("|---|---|---:|---:|---:|---:|---|")
@@ -53,8 +52,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pool", default="default")
     a = ap.parse_args()
-    from inframind_ray.pools.cards import build_pool_info
-
     cfg = load_pool(resolve_pool_path(a.pool))
     tail_table(build_pool_info(cfg), cfg)
 

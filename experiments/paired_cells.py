@@ -34,17 +34,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=_seeds, required=True, help="e.g. 1-10")
     ap.add_argument("--runs", nargs="+", required=True, help="run prefixes: PREFIX-sS/")
     args = ap.parse_args()
-    good: dict[tuple[str, float], dict[int, float]] = defaultdict(dict)
+    good: dict[tuple[str, float], dict[int, float]] = defaultdict(dict)  # (policy, load) -> seed
     for s in args.seeds:
         for run in args.runs:
             for row in json.loads((args.root / f"{run}-s{s}" / "results.json").read_text())[
                     "rows"]:
                 name = row["policy"] if row["policy"] != "inframind" else f"inframind@{run}"
-                good[(name, row["load_factor"])][s] = row["goodput"]
-    loads = sorted({round(k[1], 3) for k in good})
-    names = list(dict.fromkeys(k[0] for k in good))
-    best = {(lf, s): max(v[s] for (n, f), v in good.items() if n in BASELINES
-                         and round(f, 3) == lf) for lf in loads for s in args.seeds}
+                good[(name, round(row["load_factor"], 3))][s] = row["goodput"]
+    loads = sorted({lf for _, lf in good})
+    names = list(dict.fromkeys(name for name, _ in good))
+    best = {(lf, s): max(good[(b, lf)][s] for b in BASELINES if (b, lf) in good)
+            for lf in loads for s in args.seeds}
     n = len(args.seeds)
     print(f"Goodput minus the best of {', '.join(BASELINES)} in the same cell, points; mean "
           f"[95 % t-interval] over {n} seeds (wins = seeds at or above it)\n")
@@ -53,8 +53,7 @@ def main() -> None:
     for name in names:
         cells = []
         for lf in loads:
-            v = next(v for (nm, f), v in good.items() if nm == name and round(f, 3) == lf)
-            d = np.array([100 * (v[s] - best[(lf, s)]) for s in args.seeds])
+            d = np.array([100 * (good[(name, lf)][s] - best[(lf, s)]) for s in args.seeds])
             half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n) if n > 1 else 0.0
             cells.append(f"{d.mean():+.2f} [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}] "
                          f"({int((d >= 0).sum())}/{n})")

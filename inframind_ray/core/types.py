@@ -123,6 +123,11 @@ class SystemState:
     models: Mapping[str, LoadSnapshot]
 
 
+TokenBudget = bool | Literal["tail"]
+"""A policy's DeepThink token budget: off, on every family (``True``) or only where the cut
+answers are mostly wrong (``"tail"``, assumptions.BUDGET_TAIL_MAX_ACCURACY)."""
+
+
 @dataclass(frozen=True)
 class TaskCard:
     """What a model's recorded answers on one task family say (TRAIN split only): accuracy
@@ -148,10 +153,6 @@ class TaskCard:
             return 0
         return self.budget_tokens
 
-
-TokenBudget = bool | Literal["tail"]
-"""A policy's DeepThink token budget: off, on every family (``True``) or only where the cut
-answers are mostly wrong (``"tail"``, assumptions.BUDGET_TAIL_MAX_ACCURACY)."""
 
 
 @dataclass(frozen=True)

@@ -10,28 +10,37 @@ from inframind_ray.core.strategy import Strategy
 from inframind_ray.core.types import ModelInfo, PoolInfo, TaskCard
 from inframind_ray.data import TASK_FAMILIES
 from inframind_ray.pools.hardware import _arch, derive_hardware
-from inframind_ray.pools.recorded import recorded_model, recorded_task_model
+from inframind_ray.pools.recorded import (
+    RecordedModel,
+    RecordedTaskModel,
+    recorded_model,
+    recorded_task_model,
+)
+
+
+def _budget(r: RecordedModel | RecordedTaskModel) -> tuple[int, float, bool]:
+    """A card's DeepThink budget fields: the ``A.TOKEN_BUDGET_QUANTILE`` length (at most the
+    serving cap), the expected output under it, and whether the answers it cuts are mostly
+    right."""
+    budget, expected = r.length_budget(A.TOKEN_BUDGET_QUANTILE)
+    budget = min(budget, r.max_tokens[Strategy.DEEPTHINK])
+    return budget, expected, r.tail_right(budget)
 
 
 def task_cards(m: ModelConfig) -> dict[str, TaskCard]:
     """A card per task family the model has records (or a stand-in) for, MMLU-Pro first."""
     rec = recorded_model(m.recorded_for("mmlu_pro"))
-    budget, budget_expected = rec.length_budget(A.TOKEN_BUDGET_QUANTILE)
-    budget = min(budget, rec.max_tokens[Strategy.DEEPTHINK])
     cards = {"mmlu_pro": TaskCard(
         rec.accuracy, dict(rec.accuracy_by_category), dict(rec.max_tokens),
-        dict(rec.expected_tokens), A.STRATEGY_RETENTION_BY_TASK["mmlu_pro"],
-        budget, budget_expected, rec.tail_right(budget))}
+        dict(rec.expected_tokens), A.STRATEGY_RETENTION_BY_TASK["mmlu_pro"], *_budget(rec))}
     for fam in TASK_FAMILIES:
         name = m.recorded_for(fam)
         if name is None:
             continue
         r = recorded_task_model(fam, name)
-        budget, budget_expected = r.length_budget(A.TOKEN_BUDGET_QUANTILE)
-        budget = min(budget, r.max_tokens[Strategy.DEEPTHINK])
         cards[fam] = TaskCard(r.accuracy, {}, dict(r.max_tokens),
                               dict(r.expected_tokens), A.STRATEGY_RETENTION_BY_TASK[fam],
-                              budget, budget_expected, r.tail_right(budget))
+                              *_budget(r))
     return cards
 
 
