@@ -70,6 +70,36 @@ def _finish_order(policy: str) -> list[str]:
     return order
 
 
+def test_a_request_is_charged_the_delay_it_adds_to_the_others():
+    """``imposed_s``: a request alone delays no one; beside a longer one, it adds to that one's
+    latency exactly what it is charged (its prefill and its share of every iteration it was
+    in), and the longer one is charged only for the iterations both ran. Iteration-level
+    (``max_span`` 1): a span cut short by an arrival keeps the KV midpoint of the whole span."""
+    def run(with_guest: bool) -> dict[str, tuple[float, float]]:
+        engine = TwinEngine("m", PROFILE, max_num_seqs=8, kv_capacity_tokens=100_000)
+        engine.max_span = 1
+        out: dict[str, tuple[float, float]] = {}
+
+        async def one(name: str, prompt: int, tokens: int, delay: float):
+            await asyncio.sleep(delay)
+            res = await engine.generate(EngineRequest(name, prompt, tokens))
+            out[name] = (res.e2e, res.imposed_s)
+
+        async def main():
+            jobs = [one("host", 300, 400, 0.0)]
+            jobs += [one("guest", 900, 150, 0.5)] if with_guest else []
+            await asyncio.gather(*jobs)
+
+        run_simulated(main())
+        return out
+
+    alone, shared = run(False), run(True)
+    assert alone["host"][1] == 0.0
+    assert shared["guest"][1] > 0.0
+    assert shared["host"][0] - alone["host"][0] == pytest.approx(shared["guest"][1], rel=1e-9)
+    assert 0.0 < shared["host"][1] < shared["guest"][1] * 2
+
+
 def test_edf_order():
     """Under EDF, queued requests finish in deadline order."""
     assert _finish_order("edf") == ["blocker", "d10", "d20", "d30", "d40", "d50"]

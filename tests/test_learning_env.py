@@ -142,6 +142,34 @@ def test_congestion_toll():
             assert infos[aid]["toll"] == pytest.approx(step_tolls[_query(aid)])
 
 
+def test_delay_price_charges_what_a_call_costs_the_requests_beside_it():
+    """``delay_price``: every call pays price x the seconds it added to the requests running
+    beside it, at any load (the pool here never runs out of slots): more at 600 req/min than at
+    20, and the planner pays its query's calls' tolls."""
+    mean_step_toll = {}
+    for rate in (20, 600):
+        e = TwinOrchestrationEnv({"pool": "default", "queries_per_episode": 60, "lam": 1.0,
+                                  "delay_price": 0.01, "rate_range": [rate, rate],
+                                  "trace_fraction": 0.0})
+        try:
+            _, rewarded, infos = _play(e, seed=4)
+        finally:
+            e.close()
+        steps: dict[str, float] = {}
+        for aid, r in rewarded.items():
+            i = infos[aid]
+            assert r == pytest.approx(i["quality"] - i["cost"] * i["weight"] - i["toll"])
+            if aid.startswith("step/"):
+                assert 0.0 <= i["toll"] <= TOLL_CAP
+                steps[_query(aid)] = steps.get(_query(aid), 0.0) + i["toll"]
+        for aid in rewarded:
+            if aid.startswith("plan/"):
+                assert infos[aid]["toll"] == pytest.approx(steps.get(_query(aid), 0.0))
+        mean_step_toll[rate] = np.mean([infos[a]["toll"] for a in rewarded
+                                        if a.startswith("step/")])
+    assert 0.0 < mean_step_toll[20] < mean_step_toll[600] / 3
+
+
 def _query(aid: str) -> str:
     """``<sim>/<query>`` of an agent id."""
     return "/".join(aid.split("/")[1:3])

@@ -188,6 +188,7 @@ def _record(result: CellResult, o: QueryResult | QueryInfo, outcome: OutcomeMode
             "ttft_s": None if s.first_token is None else s.first_token - s.start,
             "latency_s": s.end - s.start, "prompt_tokens": s.prompt_tokens,
             "output_tokens": s.output_tokens, "preemptions": s.num_preemptions,
+            "imposed_s": s.imposed_s,
             "deadline_s": q.deadline, "degraded_from": s.degraded_from, **_dispatch_load(s),
         })
 

@@ -45,6 +45,14 @@ class IterationProfile:
             t *= _decode_factor(self.decode_factors, decode_seqs)
         return t
 
+    def marginal_rates(self, decode_only: bool, batch: int) -> tuple[float, float, float]:
+        """(prefill, decode, KV) seconds one request adds to an iteration of ``batch`` sequences:
+        ``c_prefill`` per prompt token it prefills, ``c_decode`` for its decode token and ``c_kv``
+        per KV token it holds, times the measured factor in a decode-only iteration."""
+        f = _decode_factor(self.decode_factors, batch) if self.decode_factors and decode_only \
+            else 1.0
+        return self.c_prefill, self.c_decode * f, self.c_kv * f
+
     def scaled(self, memory_factor: float, compute_factor: float) -> IterationProfile:
         """A profile on other hardware: memory-bound terms / memory_factor, prefill / compute."""
         return replace(

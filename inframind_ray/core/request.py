@@ -109,6 +109,9 @@ class EngineRequest:
     num_preemptions: int = 0
     seq: int = 0
     program: ProgramService = ProgramService()
+    imposed_s: float = 0.0
+    """Seconds this request's presence added to the other running requests, summed over them
+    (the twin engine measures it: ``TwinEngine._advance``; a real engine leaves it 0)."""
     events: list[tuple[str, float]] = field(default_factory=list)
 
     @property
@@ -138,6 +141,7 @@ class EngineResult:
     finished_at: float
     num_preemptions: int
     service_s: float = 0.0  # seconds in the engine, from its admission there to the end
+    imposed_s: float = 0.0  # delay added to the other running requests (twin only, else 0)
 
     @property
     def queue_wait(self) -> float | None:

@@ -12,8 +12,9 @@ Reward (quality first, LAMaS credit): ``quality - lam * cost * w`` where quality
 answer within budget, cost is the lateness ``min(1, max(0, latency / budget - 1))`` (1 when the
 query was aborted at its deadline) and ``w`` is 1 for the planner and ``l(o) / T`` for a node o
 (nodes on the longest path through o over the critical path). With ``congestion_toll`` every
-call dispatched to a model with no free slot also pays a toll per slot-second it held (the
-planner pays its query's tolls). ``infos`` carry quality, cost, weight, baseline and toll.
+call dispatched to a model with no free slot also pays a toll per slot-second it held, and with
+``delay_price`` every call pays for the delay it added to the requests beside it (the planner
+pays its query's tolls). ``infos`` carry quality, cost, weight, baseline and toll.
 
 Per episode the env also draws the metric age policies see (``metrics_periods``) and whether
 the pool starts with a history of past latencies (``history_fraction``).
@@ -82,6 +83,14 @@ class EnvConfig(BaseModel):
     Pigouvian toll). Each decision's reward otherwise covers only its own query, and a query
     with a loose budget gains by queueing a long call that pushes tight-budget queries onto
     weaker models; the planner pays the tolls of all its query's calls."""
+    delay_price: float = Field(0.0, ge=0)
+    """Per second of delay a call added to the other requests running beside it (summed over
+    them; the twin engine measures it, ``AgentResult.imposed_s``): the call pays this toll at
+    any load, not only on a saturated model. Without it a decision's reward carries none of
+    what its calls cost other queries (longer iterations for the whole batch), and a policy
+    gains by voting under load while the queries beside it go late (docs/learning.md). One
+    second of delay costs a query about the density at zero of its slack (budget - latency) in
+    expected goodput: the value to set."""
     history_fraction: float = Field(0.0, ge=0, le=1)
     """Share of episodes whose pool has a history: each model, with probability 3/4, starts with
     latency EWMAs as if it had served load before (``pool_history``). Without it the models a
@@ -344,17 +353,24 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         """The terms of every decision's reward of a finished query (``RewardTerms.reward``)
         on ``pool`` (default: the config's). The baseline is 0 unless
         ``counterfactual_baseline``: then 1 if the strongest model alone, step by step, answers
-        the item right (whatever the load). Tolls are 0 unless ``congestion_toll``."""
+        the item right (whatever the load). Tolls are 0 unless ``congestion_toll`` or
+        ``delay_price``."""
         pool = pool or self.sim_pool
         quality, cost, node_w = query_terms(res, pool.outcome)
         base = (float(pool.outcome.would_be_correct(res.query.item_id, pool.info.strongest,
                                                     Strategy.DEEPTHINK, res.query.task,
                                                     res.query.query_id))
                 if self.cfg.counterfactual_baseline else 0.0)
-        toll = {s.node_id: min(TOLL_CAP, self.cfg.congestion_toll * slot_seconds(s))
-                for s in res.steps if _saturated(pool.info, s)}
+        toll = {s.node_id: t for s in res.steps if (t := self.call_toll(pool.info, s)) > 0}
         return RewardTerms(quality, base, cost, node_w, toll,
                            float(query_correct(res, pool.outcome)))
+
+    def call_toll(self, info: PoolInfo, s: AgentResult) -> float:
+        """One call's toll: ``congestion_toll`` per slot-second if its model was saturated at
+        dispatch, plus ``delay_price`` per second it delayed the requests beside it; at most
+        ``TOLL_CAP``."""
+        jam = self.cfg.congestion_toll * slot_seconds(s) if _saturated(info, s) else 0.0
+        return min(TOLL_CAP, jam + self.cfg.delay_price * s.imposed_s)
 
     def _reward(self, sim: SubSim, res: QueryResult) -> None:
         t = self.reward_terms(res, sim.pool)

@@ -84,6 +84,7 @@ class AgentResult:
     service_s: float = 0.0  # seconds in the engine (admission there to the end); 0 if refused
     degraded_from: str | None = None  # the model of the call given up for this fallback
     given_up_start: float | None = None  # when that given-up call was sent
+    imposed_s: float = 0.0  # delay it added to the other running requests (twin engine only)
 
     @property
     def answer(self) -> str | None:

@@ -56,4 +56,5 @@ class TwinBackend:
             output_tokens=res.output_tokens,
             num_preemptions=res.num_preemptions,
             service_s=res.service_s,
+            imposed_s=res.imposed_s,
         )

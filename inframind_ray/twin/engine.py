@@ -240,9 +240,19 @@ class TwinEngine:
         self._timer = self._loop.call_at(now + k * dt, self._on_span_end)
 
     def _advance(self, k: int, t_end: float) -> None:
-        """Every running request emits ``k`` tokens by ``t_end``; finished ones leave."""
+        """Every running request emits ``k`` tokens by ``t_end``; finished ones leave. Each is
+        charged the delay its presence added to the ``n - 1`` others (``imposed_s``): its
+        marginal iteration time (``IterationProfile.marginal_rates``) over the ``k`` iterations,
+        its KV at the span's midpoint."""
         done: list[EngineRequest] = []
+        others = k * (len(self.running) - 1)
+        c_pre, c_dec, c_kv = self.profile.marginal_rates(not self._prefilling, len(self.running))
+        mid = (k - 1) / 2
         for req in self.running:
+            if others:
+                ctx = req.context_len
+                own = c_pre * ctx if id(req) in self._prefilling else c_dec
+                req.imposed_s += others * (own + c_kv * (ctx + mid))
             if req.first_token is None:
                 req.first_token = t_end
                 req.record("first_token", t_end)
@@ -301,4 +311,5 @@ class TwinEngine:
             finished_at=now,
             num_preemptions=req.num_preemptions,
             service_s=now - req.arrival,
+            imposed_s=req.imposed_s,
         )
