@@ -45,9 +45,9 @@ def main() -> None:
             for row in json.loads((args.root / f"{run}-s{s}" / "results.json").read_text())[
                     "rows"]:
                 name = row["policy"] if row["policy"] != "inframind" else f"inframind@{run}"
-                good[(name, round(row["load_factor"], 3))][s] = row["goodput"]
-                votes[(name, round(row["load_factor"], 3))][s] = row["topology_mix"].get(
-                    "debate", 0.0)
+                key = (name, round(row["load_factor"], 3))
+                good[key][s] = row["goodput"]
+                votes[key][s] = row["topology_mix"].get("debate", 0.0)
     loads = sorted({lf for _, lf in good})
     names = list(dict.fromkeys(name for name, _ in good))
     best = {(lf, s): max(good[(b, lf)][s] for b in BASELINES if (b, lf) in good)

@@ -41,16 +41,18 @@ class IterationProfile:
             + self.c_decode * decode_seqs
             + self.c_kv * kv_tokens
         )
-        if self.decode_factors and not prefill_tokens:
-            t *= _decode_factor(self.decode_factors, decode_seqs)
-        return t
+        return t * self._factor(not prefill_tokens, decode_seqs)
+
+    def _factor(self, decode_only: bool, seqs: int) -> float:
+        """The measured factor of a decode-only iteration of ``seqs`` sequences, else 1."""
+        return _decode_factor(self.decode_factors, seqs) if self.decode_factors and decode_only \
+            else 1.0
 
     def marginal_rates(self, decode_only: bool, batch: int) -> tuple[float, float, float]:
         """(prefill, decode, KV) seconds one request adds to an iteration of ``batch`` sequences:
         ``c_prefill`` per prompt token it prefills, ``c_decode`` for its decode token and ``c_kv``
         per KV token it holds, times the measured factor in a decode-only iteration."""
-        f = _decode_factor(self.decode_factors, batch) if self.decode_factors and decode_only \
-            else 1.0
+        f = self._factor(decode_only, batch)
         return self.c_prefill, self.c_decode * f, self.c_kv * f
 
     def scaled(self, memory_factor: float, compute_factor: float) -> IterationProfile:
