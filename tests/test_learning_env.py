@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 
-from inframind_ray.learning.env import TOLL_CAP, EnvConfig, TwinOrchestrationEnv
+from inframind_ray.learning.env import TOLL_CAP, EnvConfig, SlackDensity, TwinOrchestrationEnv
 from inframind_ray.policy.features import MAX_MODELS, PLAN_ROW
 
 
@@ -162,6 +162,45 @@ def test_delay_price_charges_what_a_call_costs_the_requests_beside_it():
         mean_step_toll[rate] = np.mean([infos[a]["toll"] for a in rewarded
                                         if a.startswith("step/")])
     assert 0.0 < mean_step_toll[20] < mean_step_toll[600] / 3
+
+
+def test_slack_density_prices_a_delay_by_the_answers_near_their_deadline():
+    """The measured delay price starts at its prior and moves to the density at zero of the
+    right, in-budget answers' slack: down where they finish far from their deadline, up where
+    many finish close to it; wrong or late answers count as queries, not as near ones."""
+    far, near = SlackDensity(0.0025, 2.0), SlackDensity(0.0025, 2.0)
+    assert far.price() == near.price() == 0.0025
+    for i in range(200):
+        far.observe(30.0, 1.0)
+        near.observe(0.5 if i % 4 == 0 else 30.0, 1.0)
+    assert far.price() < 0.0025 * 0.25
+    assert near.price() == pytest.approx((50 * 0.0025 + 50 / 2.0) / 250)  # 1/4 near: 0.125/s
+    wrong = SlackDensity(0.0025, 2.0)
+    for _ in range(200):
+        wrong.observe(0.5, 0.0)  # near its deadline but wrong
+        wrong.observe(-1.0, 0.0)  # late
+    assert wrong.price() < far.price()
+
+
+def test_measured_delay_price_falls_at_light_load_and_rises_near_deadlines():
+    """``delay_price_window_s``: the same play (same actions, so the same calls and delays)
+    pays less than the fixed price where answers finish far from their deadlines, and more
+    where tight budgets put many close to them."""
+    def tolls(cfg: dict, window: float) -> dict[str, float]:
+        rewarded, infos = _tolled_play({**cfg, "lam": 1.0, "delay_price": 0.0025,
+                                        "delay_price_window_s": window,
+                                        "trace_fraction": 0.0}, seed=4)
+        return {a: infos[a]["toll"] for a in rewarded if a.startswith("plan/")}
+
+    light = {"pool": "default", "queries_per_episode": 40, "rate_range": [20, 20]}
+    tight = {"pool": "constrained", "queries_per_episode": 60, "rate_range": [600, 600],
+             "budget_ranges": [[4, 8]]}
+    for cfg, below in ((light, True), (tight, False)):
+        fixed, measured = tolls(cfg, 0.0), tolls(cfg, 2.0)
+        paid = [a for a in fixed if fixed[a] > 0]
+        assert paid and fixed.keys() == measured.keys()
+        ratio = np.mean([measured[a] / fixed[a] for a in paid])
+        assert (ratio < 0.9) if below else (ratio > 1.5), ratio
 
 
 def _query(aid: str) -> str:

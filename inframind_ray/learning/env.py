@@ -14,7 +14,8 @@ query was aborted at its deadline) and ``w`` is 1 for the planner and ``l(o) / T
 (nodes on the longest path through o over the critical path). With ``congestion_toll`` every
 call dispatched to a model with no free slot also pays a toll per slot-second it held, and with
 ``delay_price`` every call pays for the delay it added to the requests beside it (the planner
-pays its query's tolls). ``infos`` carry quality, cost, weight, baseline and toll.
+pays its query's tolls; with ``delay_price_window_s`` the price is measured in the episode).
+``infos`` carry quality, cost, weight, baseline and toll.
 
 Per episode the env also draws the metric age policies see (``metrics_periods``) and whether
 the pool starts with a history of past latencies (``history_fraction``).
@@ -45,7 +46,8 @@ from inframind_ray.tasks.registry import parse_mix
 from inframind_ray.tasks.workload import WorkloadSpec
 from inframind_ray.twin.outcome import OutcomeModel
 
-__all__ = ["EnvConfig", "Episode", "RewardTerms", "TwinOrchestrationEnv", "start_pool"]
+__all__ = ["EnvConfig", "Episode", "RewardTerms", "SlackDensity", "TwinOrchestrationEnv",
+           "start_pool"]
 
 MAX_NODES = 9  # Debate(K=4, 2 rounds) + aggregator
 TOLL_CAP = 0.5  # a call's toll never exceeds this: a correct answer still outranks a wrong one
@@ -90,7 +92,14 @@ class EnvConfig(BaseModel):
     what its calls cost other queries (longer iterations for the whole batch), and a policy
     gains by voting under load while the queries beside it go late (docs/learning.md). One
     second of delay costs a query about the density at zero of its slack (budget - latency) in
-    expected goodput: the value to set."""
+    expected goodput: the value to set (the prior, with ``delay_price_window_s``)."""
+    delay_price_window_s: float = Field(0.0, ge=0)
+    """If > 0 the delay price is measured, per episode, as that density: among the episode's
+    queries finished so far, the share of right, in-budget answers whose slack is under this
+    many seconds, over the window (``SlackDensity``); ``delay_price`` is its prior, worth
+    ``SlackDensity.PRIOR_QUERIES`` queries. A fixed price is too high where a delay tips no one
+    over a deadline (light load, where votes pay) and too low where many queries run close to
+    theirs (the density at x1 is three times that at x0.5, docs/learning.md)."""
     history_fraction: float = Field(0.0, ge=0, le=1)
     """Share of episodes whose pool has a history: each model, with probability 3/4, starts with
     latency EWMAs as if it had served load before (``pool_history``). Without it the models a
@@ -134,6 +143,31 @@ def query_correct(res: QueryResult, outcome: OutcomeModel) -> bool:
 def slot_seconds(s: AgentResult) -> float:
     """Seconds a call held a sequence slot: first token to end (its prefill is a few ms)."""
     return max(0.0, s.end - s.first_token) if s.first_token is not None else 0.0
+
+
+@dataclass
+class SlackDensity:
+    """The delay price measured in one episode: the density at zero of the slack (budget -
+    latency) of its right, in-budget answers, over ``[0, window_s)``, among the queries
+    finished so far, with a prior (``price``) worth ``PRIOR_QUERIES`` queries."""
+
+    prior: float
+    window_s: float
+    near: float = 0.0  # right, in-budget answers with slack under window_s
+    n: int = 0  # queries finished
+
+    PRIOR_QUERIES = 50  # the prior's weight: the price is mostly measured after ~50 queries
+
+    def price(self) -> float:
+        """What one second of added delay costs a query now, in expected goodput."""
+        k = self.PRIOR_QUERIES
+        return (k * self.prior + self.near / self.window_s) / (k + self.n)
+
+    def observe(self, slack_s: float, quality: float) -> None:
+        """Count a finished query: its budget minus its latency, and its quality (1: right and
+        in budget)."""
+        self.n += 1
+        self.near += float(quality > 0 and slack_s < self.window_s)
 
 
 @dataclass(frozen=True)
@@ -198,6 +232,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         self.pool_source = PoolSource(self.sim_pool, self.cfg.pools, self.cfg.token_budget,
                                       self._misfit)
         self.sims: list[SubSim] = []
+        self._density: list[SlackDensity | None] = []  # per sub-simulation (reset)
         self._last_obs: dict[str, dict] = {}
         self._finished: dict[str, tuple[float, dict]] = {}  # rewarded, not yet emitted
         self._resets = 0
@@ -298,6 +333,7 @@ class TwinOrchestrationEnv(MultiAgentEnv):
                 "history": ep.history_seed is not None, "goodput": 0.0, "queries_done": 0})
             self.sims.append(SubSim(i, pool, ep, self.cfg.token_budget))
         self._live, self._last_obs, self._finished, self._queries = {}, {}, {}, []
+        self._density = [self.slack_density() for _ in self.sims]
         for s in self.sims:
             s.advance()
         obs, _, _, _, infos = self._collect()
@@ -349,31 +385,44 @@ class TwinOrchestrationEnv(MultiAgentEnv):
             infos[aid] = info
             del self._live[aid]
 
-    def reward_terms(self, res: QueryResult, pool: SimPool | None = None) -> RewardTerms:
+    def slack_density(self) -> SlackDensity | None:
+        """A fresh episode's measured delay price (None: ``delay_price`` is fixed)."""
+        w = self.cfg.delay_price_window_s
+        return SlackDensity(self.cfg.delay_price, w) if w > 0 else None
+
+    def reward_terms(self, res: QueryResult, pool: SimPool | None = None,
+                     density: SlackDensity | None = None) -> RewardTerms:
         """The terms of every decision's reward of a finished query (``RewardTerms.reward``)
         on ``pool`` (default: the config's). The baseline is 0 unless
         ``counterfactual_baseline``: then 1 if the strongest model alone, step by step, answers
         the item right (whatever the load). Tolls are 0 unless ``congestion_toll`` or
-        ``delay_price``."""
+        ``delay_price``. ``density``: the episode's measured delay price, which then counts
+        this query (call in the order the queries finish)."""
         pool = pool or self.sim_pool
         quality, cost, node_w = query_terms(res, pool.outcome)
         base = (float(pool.outcome.would_be_correct(res.query.item_id, pool.info.strongest,
                                                     Strategy.DEEPTHINK, res.query.task,
                                                     res.query.query_id))
                 if self.cfg.counterfactual_baseline else 0.0)
-        toll = {s.node_id: t for s in res.steps if (t := self.call_toll(pool.info, s)) > 0}
+        price = self.cfg.delay_price if density is None else density.price()
+        toll = {s.node_id: t for s in res.steps
+                if (t := self.call_toll(pool.info, s, price)) > 0}
+        if density is not None:
+            density.observe(res.query.budget_s - res.latency, quality)
         return RewardTerms(quality, base, cost, node_w, toll,
                            float(query_correct(res, pool.outcome)))
 
-    def call_toll(self, info: PoolInfo, s: AgentResult) -> float:
+    def call_toll(self, info: PoolInfo, s: AgentResult, delay_price: float | None = None
+                  ) -> float:
         """One call's toll: ``congestion_toll`` per slot-second if its model was saturated at
-        dispatch, plus ``delay_price`` per second it delayed the requests beside it; at most
-        ``TOLL_CAP``."""
+        dispatch, plus the delay price (default ``delay_price``) per second it delayed the
+        requests beside it; at most ``TOLL_CAP``."""
         jam = self.cfg.congestion_toll * slot_seconds(s) if _saturated(info, s) else 0.0
-        return min(TOLL_CAP, jam + self.cfg.delay_price * s.imposed_s)
+        price = self.cfg.delay_price if delay_price is None else delay_price
+        return min(TOLL_CAP, jam + price * s.imposed_s)
 
     def _reward(self, sim: SubSim, res: QueryResult) -> None:
-        t = self.reward_terms(res, sim.pool)
+        t = self.reward_terms(res, sim.pool, self._density[sim.index])
         n, i = int(res.query.query_id[1:6]), sim.index
         nodes = {f"plan/{i}/{n}": None} | {f"step/{i}/{n}/{k}": k for k in t.weight}
         if self.by_query:

@@ -133,9 +133,12 @@ def collect(envs: list, teacher_name: str, episodes: int, seed: int, lam: float,
             student = LearnedPolicy(env.info, token_budget=env.cfg.token_budget)
             ep = env.sample_episode(rng)
             rec = _Recorder(make_policy(teacher_name, env.info, ep.workload.seed), student)
-            for res in _simulate(env, ep, rec):
+            density, results = env.slack_density(), _simulate(env, ep, rec)
+            if density is not None:  # it counts the queries in the order they finish
+                results.sort(key=lambda r: r.end)
+            for res in results:
                 qid = res.query.query_id
-                t = env.reward_terms(res)  # the env's own reward
+                t = env.reward_terms(res, density=density)  # the env's own reward
                 if qid in rec.plans:
                     obs, a = rec.plans[qid]
                     out["planner"].append((obs, a, t.reward(None, lam)))
