@@ -153,7 +153,7 @@ class SlackDensity:
 
     prior: float
     window_s: float
-    near: float = 0.0  # right, in-budget answers with slack under window_s
+    near: int = 0  # right, in-budget answers with slack under window_s
     n: int = 0  # queries finished
 
     PRIOR_QUERIES = 50  # the prior's weight: the price is mostly measured after ~50 queries
@@ -167,7 +167,7 @@ class SlackDensity:
         """Count a finished query: its budget minus its latency, and its quality (1: right and
         in budget)."""
         self.n += 1
-        self.near += float(quality > 0 and slack_s < self.window_s)
+        self.near += quality > 0 and slack_s < self.window_s
 
 
 @dataclass(frozen=True)
@@ -412,14 +412,12 @@ class TwinOrchestrationEnv(MultiAgentEnv):
         return RewardTerms(quality, base, cost, node_w, toll,
                            float(query_correct(res, pool.outcome)))
 
-    def call_toll(self, info: PoolInfo, s: AgentResult, delay_price: float | None = None
-                  ) -> float:
+    def call_toll(self, info: PoolInfo, s: AgentResult, delay_price: float) -> float:
         """One call's toll: ``congestion_toll`` per slot-second if its model was saturated at
-        dispatch, plus the delay price (default ``delay_price``) per second it delayed the
-        requests beside it; at most ``TOLL_CAP``."""
+        dispatch, plus ``delay_price`` per second it delayed the requests beside it; at most
+        ``TOLL_CAP``."""
         jam = self.cfg.congestion_toll * slot_seconds(s) if _saturated(info, s) else 0.0
-        price = self.cfg.delay_price if delay_price is None else delay_price
-        return min(TOLL_CAP, jam + price * s.imposed_s)
+        return min(TOLL_CAP, jam + delay_price * s.imposed_s)
 
     def _reward(self, sim: SubSim, res: QueryResult) -> None:
         t = self.reward_terms(res, sim.pool, self._density[sim.index])
