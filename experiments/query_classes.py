@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
+from same_choice_loss import read_cell
 
 
-def _good(q: pd.DataFrame) -> pd.Series:
-    return (q.correct & q.within_budget).astype(int)
-
-
-def _at(df: pd.DataFrame, rate: float, policy: str) -> pd.DataFrame:
-    return df[((df.rate_per_min - rate).abs() < 1e-3) & (df.policy == policy)]
+def _classes(q: pd.DataFrame, strongest: str) -> pd.Series:
+    """Each query's class from its call choices (model, strategy) and topology."""
+    off = q.choices.map(lambda cs: any(m != strongest for m, _ in cs))
+    terse = q.choices.map(lambda cs: any(st != "deepthink" for _, st in cs))
+    return pd.Series(["vote" if v else f"off-strongest:{t}" if o else
+                      f"concise/flash:{t}" if c else f"same:{t}"
+                      for v, o, c, t in zip(q.vote, off, terse, q.task, strict=True)], q.index)
 
 
 def main() -> None:
@@ -39,41 +40,30 @@ def main() -> None:
     ap.add_argument("--strongest", default="llama-3.1-70b")
     args = ap.parse_args()
     a, _, b = args.seeds.partition("-")
-    seeds = range(int(a), int(b or a) + 1)
-    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
-    cells = 0
+    cells = []
     for run in args.runs:
-        for s in seeds:
-            qb = pd.read_parquet(args.root / f"{args.base}-s{s}" / "queries.parquet")
-            qi = pd.read_parquet(args.root / f"{run}-s{s}" / "queries.parquet")
-            ci = pd.read_parquet(args.root / f"{run}-s{s}" / "calls.parquet")
+        for s in range(int(a), int(b or a) + 1):
             rows = json.loads((args.root / f"{run}-s{s}" / "results.json").read_text())["rows"]
             rate = next(r["rate_per_min"] for r in rows if abs(r["load_factor"] - args.load) < 1e-3)
-            qb = _at(qb, rate, args.baseline).set_index("query_id")
-            qi = _at(qi, rate, "inframind").set_index("query_id")
-            ci = _at(ci, rate, "inframind").groupby("query_id")
-            off = ci.model.apply(lambda m: bool((m != args.strongest).any()))
-            terse = ci.strategy.apply(lambda x: bool((x != "deepthink").any()))
-            dg, dc = _good(qi) - _good(qb), qi.correct.astype(int) - qb.correct.astype(int)
-            db = qi.within_budget.astype(int) - qb.within_budget.astype(int)
-            n, cells = len(qi), cells + 1
-            for qid, row in qi.iterrows():
-                kind = ("vote" if row.topology != "io" else
-                        f"off-strongest:{row.task}" if off[qid] else
-                        f"concise/flash:{row.task}" if terse[qid] else f"same:{row.task}")
-                acc = sums[kind]
-                acc[0] += 1
-                acc[1] += 100 * dg[qid] / n
-                acc[2] += 100 * dc[qid] / n
-                acc[3] += 100 * db[qid] / n
+            q = read_cell(args.root, run, s, rate)
+            base = read_cell(args.root, args.base, s, rate, args.baseline)
+            pts = 100 / len(q)  # one query, in points of the cell
+            cells.append(pd.DataFrame({
+                "class": _classes(q, args.strongest),
+                "goodput": pts * (q.good - base.good),
+                "correct": pts * (q.correct.astype(int) - base.correct.astype(int)),
+                "in budget": pts * (q.within_budget.astype(int) - base.within_budget.astype(int)),
+            }))
+    t = pd.concat(cells).groupby("class")
+    table = pd.concat([t.size().rename("queries"), t.sum()], axis=1) / len(cells)
     print(f"inframind ({', '.join(args.runs)}) minus {args.baseline}, x{args.load:g}, "
-          f"{cells} cells; points of the cell's goodput per class of query\n")
+          f"{len(cells)} cells; points of the cell's goodput per class of query\n")
     print("| class | queries per cell | goodput | correct | in budget |")
     print("|---|---:|---:|---:|---:|")
-    for kind in sorted(sums):
-        k, g, c, b = (v / cells for v in sums[kind])
-        print(f"| {kind} | {k:.1f} | {g:+.3f} | {c:+.3f} | {b:+.3f} |")
-    print(f"| total | | {sum(v[1] for v in sums.values()) / cells:+.3f} | | |")
+    for kind, r in table.iterrows():
+        print(f"| {kind} | {r.queries:.1f} | {r.goodput:+.3f} | {r.correct:+.3f} | "
+              f"{r['in budget']:+.3f} |")
+    print(f"| total | | {table.goodput.sum():+.3f} | | |")
 
 
 if __name__ == "__main__":

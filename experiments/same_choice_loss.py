@@ -15,12 +15,13 @@ from pathlib import Path
 import pandas as pd
 
 
-def _cell(root: Path, run: str, seed: int, rate: float) -> pd.DataFrame:
-    """The inframind queries of one cell, with each query's call choices and mean batch."""
+def read_cell(root: Path, run: str, seed: int, rate: float,
+              policy: str = "inframind") -> pd.DataFrame:
+    """One policy's queries of one cell, with each query's call choices and mean batch."""
     q = pd.read_parquet(root / f"{run}-s{seed}" / "queries.parquet")
     c = pd.read_parquet(root / f"{run}-s{seed}" / "calls.parquet")
-    q = q[(q.policy == "inframind") & ((q.rate_per_min - rate).abs() < 1)].set_index("query_id")
-    c = c[(c.policy == "inframind") & ((c.rate_per_min - rate).abs() < 1)].sort_values("node_id")
+    q = q[(q.policy == policy) & ((q.rate_per_min - rate).abs() < 1)].set_index("query_id")
+    c = c[(c.policy == policy) & ((c.rate_per_min - rate).abs() < 1)].sort_values("node_id")
     calls = c.groupby("query_id")
     q["choices"] = calls.apply(lambda d: tuple(zip(d.model, d.strategy, strict=True)))
     q["running"] = calls.load_running.mean()
@@ -41,8 +42,8 @@ def main() -> None:
     lo, _, hi = a.seeds.partition("-")
     seeds = range(int(lo), int(hi or lo) + 1)
     for rate in (float(r) for r in a.rates.split(",")):
-        j = pd.concat([_cell(a.root, a.run, s, rate).add_suffix("_a").join(
-            _cell(a.root, a.ref, s, rate).add_suffix("_b"), how="inner") for s in seeds])
+        j = pd.concat([read_cell(a.root, a.run, s, rate).add_suffix("_a").join(
+            read_cell(a.root, a.ref, s, rate).add_suffix("_b"), how="inner") for s in seeds])
         d = j.good_a - j.good_b
         slo = j.within_budget_a.astype(float) - j.within_budget_b.astype(float)
         same = ~j.vote_a & ~j.vote_b & (j.choices_a == j.choices_b)
