@@ -103,6 +103,47 @@ def test_nets_score_only_the_rows_a_batch_uses():
         assert part.shape == full.shape == (len(sizes), n_act)
         assert torch.allclose(part, full, atol=1e-5) and torch.allclose(v_part, v_full, atol=1e-5)
         assert (part[mask <= 0] <= -1e8).all()
+        if which == "executor":  # packed: only the valid rows scored, gradients too
+            packed, v_packed = net(*x, n_rows=used_rows(row_mask), packed=True)
+            assert torch.allclose(packed, part, atol=1e-5)
+            assert torch.allclose(v_packed, v_part, atol=1e-5)
+            grads = []
+            for kw in ({}, {"packed": True}):
+                net.zero_grad()
+                lo, v = net(*x, n_rows=used_rows(row_mask), **kw)
+                (torch.log_softmax(lo, -1)[:, 0].sum() + v.sum()).backward()
+                grads.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
+            assert torch.allclose(grads[0], grads[1], atol=1e-5)
+
+
+def test_learner_pass_skips_bootstrap_rows_with_the_same_gradients(hot_algo):
+    """PPO's learner pipeline appends a bootstrap step (``LOSS_MASK`` False) to every one-step
+    decision episode; the modules' train pass gives those rows constants instead of computing
+    them, and a masked loss (as PPO's) has the same value and gradients as with every row
+    computed."""
+    learner = hot_algo.learner_group._learner
+    episodes = hot_algo.env_runner.sample(num_episodes=1, explore=True)
+    batch = learner._learner_connector(rl_module=learner.module, batch={}, episodes=episodes,
+                                       shared_data={}, metrics=learner.metrics)
+    for mid in (PLANNER, EXECUTOR):
+        b = batch[mid]
+        mask = b[Columns.LOSS_MASK]
+        assert 0 < int(mask.sum()) < len(mask), "no bootstrap rows to skip"
+        module = learner.module[mid]
+        results = []
+        for kept in (b, {k: v for k, v in b.items() if k != Columns.LOSS_MASK}):
+            module.zero_grad()
+            out = module._forward_train(kept)
+            dist = module.get_train_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
+            per_row = (dist.logp(b[Columns.ACTIONS]) + dist.entropy()
+                       - (out[Columns.EMBEDDINGS] - 1.0) ** 2)
+            loss = per_row[mask].sum() / mask.sum()
+            loss.backward()
+            results.append((float(loss), torch.cat([p.grad.flatten()
+                                                    for p in module.parameters()])))
+        (skip, g_skip), (full, g_full) = results
+        assert skip == pytest.approx(full, rel=1e-5)
+        assert torch.allclose(g_skip, g_full, rtol=1e-4, atol=1e-6)
 
 
 def test_dual_ascent_is_projected():

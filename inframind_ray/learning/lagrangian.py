@@ -21,9 +21,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from ray.rllib.algorithms.ppo.ppo import LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.utils.torch_utils import explained_variance
 
 from inframind_ray.learning.modules import PLANNER
 
@@ -120,10 +123,16 @@ class LagrangianPPOLearner(PPOTorchLearner):
             clipped = ((ratio - 1.0).abs() > config.clip_param).float()
             kl = (ratio - 1.0) - log_ratio
             mask = batch.get(Columns.LOSS_MASK)
+            value, target = fwd_out[Columns.EMBEDDINGS], batch[Postprocessing.VALUE_TARGETS]
             if mask is not None and mask.any():
                 clipped, kl = clipped[mask], kl[mask]
+                value, target = value[mask], target[mask]
         self.metrics.log_value((module_id, "clip_fraction"), float(clipped.mean()), window=1)
         self.metrics.log_value((module_id, "approx_kl"), float(kl.mean()), window=1)
+        # RLlib's explained variance counts the bootstrap rows too (LOSS_MASK False: no value
+        # computed for them, ``modules.py``); this one, logged over it, counts the loss's rows
+        self.metrics.log_value((module_id, LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY),
+                               float(explained_variance(target, value)), window=1)
         return loss
 
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:

@@ -38,34 +38,53 @@ class PlannerModule(TorchRLModule, ValueFunctionAPI):
     and a value. The spaces have fixed shapes (MAX_MODELS rows), whatever the pool."""
 
     keys = PLANNER_KEYS
+    packs = False  # the learner's passes encode only valid model rows (ExecutorNet's packed)
 
     def setup(self) -> None:
         """Build the net (its shapes are the features' constants, not the pool's)."""
         self.net = PlannerNet(int(self.model_config.get("hidden", 128)))
 
-    def _run(self, batch: dict) -> tuple:
+    def _run(self, batch: dict, learner: bool = False) -> tuple:
+        """The net on the batch's rows in use; the learner's passes (minibatches of hundreds of
+        decisions from pools of 1-8 models) packed where the net supports it (the same
+        logits and values; measured in docs/learning.md, "Training throughput")."""
         o = batch[Columns.OBS]
-        return self.net(*(o[k] for k in self.keys), n_rows=used_rows(o["row_mask"]))
+        extra = {"packed": True} if learner and self.packs else {}
+        return self.net(*(o[k] for k in self.keys), n_rows=used_rows(o["row_mask"]), **extra)
 
     def _forward(self, batch: dict, **kwargs: Any) -> dict:
         logits, _ = self._run(batch)
         return {Columns.ACTION_DIST_INPUTS: logits}
 
     def _forward_train(self, batch: dict, **kwargs: Any) -> dict:
-        logits, value = self._run(batch)
+        """The learner's pass on the rows its loss counts. Every decision is a one-step
+        episode, and PPO's learner pipeline appends a bootstrap step to each (RLlib's
+        ``AddOneTsToEpisodesAndTruncate``, ``LOSS_MASK`` False): half of every minibatch.
+        Those rows get constant outputs (logits and value 0) instead of a forward and
+        backward pass; the loss, a masked mean, and its gradients are the same."""
+        mask = batch.get(Columns.LOSS_MASK)
+        if mask is None or bool(mask.all()):
+            logits, value = self._run(batch, learner=True)
+        else:
+            keep = mask.nonzero(as_tuple=True)
+            obs = {k: v[keep] for k, v in batch[Columns.OBS].items()}
+            lo, va = self._run({Columns.OBS: obs}, learner=True)
+            logits = lo.new_zeros((mask.shape[0], lo.shape[1])).index_put(keep, lo)
+            value = va.new_zeros(mask.shape[0]).index_put(keep, va)
         return {Columns.ACTION_DIST_INPUTS: logits, Columns.EMBEDDINGS: value}
 
     def compute_values(self, batch: dict, embeddings: Any = None):
         """V(s); reuses the train pass's value when given."""
         if embeddings is not None:
             return embeddings
-        return self._run(batch)[1]
+        return self._run(batch, learner=True)[1]
 
 
 class ExecutorModule(PlannerModule):
     """ExecutorNet: every (model row, strategy) scored by shared weights, and a value."""
 
     keys = EXECUTOR_KEYS
+    packs = True
 
     def setup(self) -> None:
         """Build the net (its shapes are the features' constants, not the pool's)."""

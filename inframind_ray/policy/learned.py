@@ -77,6 +77,20 @@ def used_rows(row_mask: torch.Tensor) -> int:
     return max(1, int(row_mask.sum(-1).max().item())) if row_mask.numel() else MAX_MODELS
 
 
+def valid_rows(row_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(batch index, row index) of every valid model row of ``row_mask`` [B, r]: what a packed
+    forward pass encodes instead of the padded ``[B, r]`` grid."""
+    return (row_mask > 0).nonzero(as_tuple=True)
+
+
+def unpack(values: torch.Tensor, at: tuple[torch.Tensor, torch.Tensor], b: int, r: int,
+           fill: float) -> torch.Tensor:
+    """Packed per-row ``values`` [N, ...] back on the padded grid [B, r, ...], ``fill``
+    elsewhere (differentiable)."""
+    out = values.new_full((b, r, *values.shape[1:]), fill)
+    return out.index_put(at, values)
+
+
 class PlannerNet(nn.Module):
     """Shared row encoder, pooled over valid rows; FiLM(query embedding | globals, pooled
     rows) -> (topology, K) logits and a value. Its size does not depend on the pool."""
@@ -125,21 +139,31 @@ class ExecutorNet(nn.Module):
         self.register_buffer("onehot", torch.eye(N_STRATEGIES), persistent=False)
 
     def forward(self, sem: torch.Tensor, glob: torch.Tensor, rows: torch.Tensor,
-                row_mask: torch.Tensor, mask: torch.Tensor, n_rows: int = MAX_MODELS
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                row_mask: torch.Tensor, mask: torch.Tensor, n_rows: int = MAX_MODELS,
+                packed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``n_rows``: only the first rows are scored (``used_rows``: the batch's largest
-        pool), the rest get the masked logit; the result is the same as with all MAX_MODELS."""
+        pool), the rest get the masked logit; ``packed``: of those, only the valid ones (a
+        batch mixing pool sizes; an invalid row's actions are masked anyway); the result is the
+        same as with all MAX_MODELS."""
         b, r = rows.shape[0], n_rows
         rows = rows.view(b, MAX_MODELS, EXEC_ROW)[:, :r]
-        per_s = rows[..., EXEC_MODEL_DIM:].reshape(b, r, N_STRATEGIES, EXEC_PER_S)
         c = self.ctx(torch.cat([sem, glob], -1))
-        gamma, beta = self.film(c).unsqueeze(1).chunk(2, dim=-1)
-        h = self.row(rows[..., :EXEC_MODEL_DIM]) * (1 + gamma) + beta  # [B, r, H]
-        g = torch.cat([pool_rows(h, row_mask[:, :r]), c], -1)  # [B, 3H]
-        onehot = self.onehot.expand(b, r, N_STRATEGIES, N_STRATEGIES)
-        pre = (self.pair_row(h).unsqueeze(2) + self.pair_s(torch.cat([per_s, onehot], -1))
-               + self.pair_ctx(g)[:, None, None, :])
-        logits = self.score(pre).reshape(b, r * N_STRATEGIES)
+        gamma, beta = self.film(c).chunk(2, dim=-1)  # [B, H]
+        if packed:  # per valid row [N, ...], its sample's context by index
+            at = valid_rows(row_mask[:, :r])
+            rows, gamma, beta = rows[at], gamma[at[0]], beta[at[0]]
+        else:  # per row of the first r [B, r, ...], the context broadcast
+            gamma, beta = gamma.unsqueeze(1), beta.unsqueeze(1)
+        per_s = rows[..., EXEC_MODEL_DIM:].reshape(*rows.shape[:-1], N_STRATEGIES, EXEC_PER_S)
+        h = self.row(rows[..., :EXEC_MODEL_DIM]) * (1 + gamma) + beta
+        h_grid = unpack(h, at, b, r, 0.0) if packed else h  # [B, r, H]
+        g = torch.cat([pool_rows(h_grid, row_mask[:, :r]), c], -1)  # [B, 3H]
+        ctx = self.pair_ctx(g)
+        ctx = ctx[at[0]].unsqueeze(1) if packed else ctx[:, None, None, :]
+        onehot = self.onehot.expand(*per_s.shape[:-1], N_STRATEGIES)
+        pre = self.pair_row(h).unsqueeze(-2) + self.pair_s(torch.cat([per_s, onehot], -1)) + ctx
+        score = self.score(pre).squeeze(-1)  # [B, r, S] or [N, S]
+        logits = (unpack(score, at, b, r, NEG) if packed else score).reshape(b, r * N_STRATEGIES)
         if r < MAX_MODELS:  # rows past every pool of the batch: masked, not scored
             logits = torch.cat([logits, logits.new_full((b, (MAX_MODELS - r) * N_STRATEGIES),
                                                         NEG)], -1)
