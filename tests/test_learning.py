@@ -343,3 +343,25 @@ def test_report_compares_kept_and_start_on_another_seed(tmp_path):
     assert set(rep["kept_by_pool"]) == {"constrained"} == set(rep["start_by_pool"])
     assert rep["kept_by_pool"] == rep["start_by_pool"] and rep["kept_minus_start"] == 0.0
     assert 0.0 <= rep["kept_mean"] <= 1.0
+
+
+def test_train_speed_counts_answered_and_trained_decisions(ray_local):
+    """``inframind train-speed``'s phases on a small config: every row has decisions and wall
+    time; a PPO row counts the decisions the envs answered and those the learner trained on
+    (its batch, at least ``train_batch_size``); over the run every answered decision is
+    trained or still in flight."""
+    from inframind_ray.learning.throughput import Variant, measure
+
+    cfg = TrainConfig.model_validate({
+        "hidden": 32, "env": HOT_ENV, "warm_start": None,
+        "ppo": {"iterations": 1, "train_batch_size": 64, "minibatch_size": 32,
+                "num_epochs": 1}})
+    rows = measure(cfg, [Variant.parse("decisions:4")], decisions=100, iterations=2)
+    assert [r.phase for r in rows] == ["raw", "sampling", "ppo", "ppo"]
+    assert all(r.decisions > 0 and r.wall_s > 0 for r in rows)
+    assert rows[0].trained is None and rows[0].as_dict()["trained_per_s"] is None
+    first, second = rows[2], rows[3]
+    assert first.trained >= 64 and second.trained >= 64
+    assert first.as_dict()["trained_per_s"] == pytest.approx(first.trained / first.wall_s, 0.01)
+    # every decision trained was answered in the sampling phase or in these iterations
+    assert rows[1].decisions + first.decisions + second.decisions >= first.trained + second.trained

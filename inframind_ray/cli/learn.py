@@ -109,8 +109,9 @@ def train_speed(
 
     Per variant, on the config's env and modules: the env alone with a uniform valid policy
     (raw), RLlib sampling with the real modules (sampling), and whole PPO iterations (ppo:
-    sampling and learning). Prints wall-clock and CPU-time rates and the 1-minute load average,
-    since a shared machine's load moves the wall-clock numbers.
+    sampling and learning; decisions answered and decisions trained, which differ while the
+    queries in flight build up). Prints wall-clock and CPU-time rates and the 1-minute load
+    average, since a shared machine's load moves the wall-clock numbers.
     """
     import json
     import logging
@@ -132,7 +133,7 @@ def train_speed(
         logging.getLogger(name).setLevel(logging.ERROR)
     start_ray()
     table = Table("sampler", "sims", "runners", "phase", "decisions", "wall s", "cpu s", "dec/s",
-                  "dec/cpu-s", "load (1 min)")
+                  "dec/cpu-s", "trained", "trained/s", "load (1 min)")
     with Progress(console=console) as bar:
         task = bar.add_task("measuring", total=sum((1 if v.runners else 2) + iterations
                                                    for v in vs))
@@ -141,7 +142,10 @@ def train_speed(
             table.add_row(row.sampler, str(row.num_sims), str(row.runners), row.phase,
                           str(row.decisions),
                           f"{row.wall_s:.1f}", f"{row.cpu_s:.1f}", f"{row.per_s:.0f}",
-                          f"{row.per_cpu_s:.0f}", f"{row.load_before:.1f} -> {row.load_after:.1f}")
+                          f"{row.per_cpu_s:.0f}",
+                          "" if row.trained is None else str(row.trained),
+                          "" if row.trained_per_s is None else f"{row.trained_per_s:.0f}",
+                          f"{row.load_before:.1f} -> {row.load_after:.1f}")
             bar.advance(task)
 
         rows = measure(cfg, vs, decisions, iterations, on_row=show)

@@ -54,6 +54,9 @@ DECISIONS = "num_decisions_sampled_lifetime"
 class DecisionEnvRunner(MultiAgentEnvRunner):
     """See the module docstring."""
 
+    returned = 0
+    """Decisions handed to the learner (in finished queries) over the runner's life."""
+
     def _twin_envs(self) -> list:
         envs = [e.unwrapped for e in self.env.envs]
         for e in envs:
@@ -99,6 +102,7 @@ class DecisionEnvRunner(MultiAgentEnvRunner):
                     if ep is not None:
                         out.append(ep)
                         decisions += ep.agent_steps()
+                        self.returned += ep.agent_steps()
                 if e.done:
                     ended += 1
                     e.reset()

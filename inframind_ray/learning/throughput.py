@@ -6,8 +6,8 @@ the same config, seed and machine, one after the other:
 - ``raw``: the env alone, every pending decision answered by a uniform choice among its valid
   actions (no network);
 - ``sampling``: the env runner with the config's real modules (``env_runner.sample``);
-- ``ppo``: whole ``algo.train()`` iterations (sampling and learning), decisions counted as in
-  ``metrics.jsonl``'s ``decisions_per_s``.
+- ``ppo``: whole ``algo.train()`` iterations (sampling and learning): decisions answered, and
+  decisions trained (the learner's batch, counted as ``metrics.jsonl``'s ``decisions_per_s``).
 
 Every row has wall time and CPU time (user + system of this process, where RLlib samples and
 learns with ``num_env_runners: 0``, plus the remote env runners' processes otherwise; with
@@ -65,11 +65,19 @@ class SpeedRow:
     cpu_s: float
     load_before: float
     load_after: float
+    trained: int | None = None
 
     @property
     def per_s(self) -> float:
         """Decisions per wall-clock second."""
         return self.decisions / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def trained_per_s(self) -> float | None:
+        """Trained decisions (the learner's batch) per wall-clock second (ppo rows)."""
+        if self.trained is None:
+            return None
+        return self.trained / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
     def per_cpu_s(self) -> float:
@@ -78,8 +86,10 @@ class SpeedRow:
 
     def as_dict(self) -> dict:
         """The row with its rates (JSON)."""
+        t = self.trained_per_s
         return asdict(self) | {"decisions_per_s": round(self.per_s, 1),
-                               "decisions_per_cpu_s": round(self.per_cpu_s, 1)}
+                               "decisions_per_cpu_s": round(self.per_cpu_s, 1),
+                               "trained_per_s": None if t is None else round(t, 1)}
 
 
 def _cpu(group=None) -> float:
@@ -92,12 +102,15 @@ def _cpu(group=None) -> float:
     return own() + remote
 
 
-def _timed(v: Variant, phase: str, run: Callable[[], int], group=None) -> SpeedRow:
+def _timed(v: Variant, phase: str, run: Callable[[], int | tuple[int, int | None]],
+           group=None) -> SpeedRow:
+    """``run`` returns the decisions answered, or (answered, trained)."""
     load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), _cpu(group)
     n = run()
+    n, trained = n if isinstance(n, tuple) else (n, None)  # trained: None if not counted
     return SpeedRow(v.sampler, v.num_sims, v.runners, phase, n,
                     round(time.perf_counter() - wall0, 2), round(_cpu(group) - cpu0, 2), load0,
-                    os.getloadavg()[0])
+                    os.getloadavg()[0], trained)
 
 
 def raw_decisions(env, decisions: int, seed: int) -> int:
@@ -144,11 +157,26 @@ def measure(cfg: TrainConfig, variants: list[Variant], decisions: int, iteration
                 keep(_timed(v, "sampling", lambda g=group, r=runner: _answered(
                     g, lambda: r.sample(num_timesteps=decisions, explore=True))))
             for _ in range(iterations):
-                keep(_timed(v, "ppo", lambda g=group, a=algo: _answered(g, a.train),
+                keep(_timed(v, "ppo", lambda g=group, a=algo: _iteration(g, a),
                             group if v.runners else None))
         finally:
             algo.stop()
     return rows
+
+
+def _iteration(group, algo) -> tuple[int, int | None]:
+    """One ``algo.train()``: (decisions answered, decisions handed to the learner:
+    ``DecisionEnvRunner.returned``, None with RLlib's runner). Decisions of queries still in
+    flight are trained in a later iteration, so early iterations answer more than they train;
+    over a run the two counts meet."""
+    def returned() -> int | None:
+        counts = group.foreach_env_runner(lambda r: getattr(r, "returned", None))
+        return None if any(c is None for c in counts) else sum(counts)
+
+    before = returned()
+    answered = _answered(group, algo.train)
+    after = returned()
+    return answered, None if before is None or after is None else after - before
 
 
 def _answered(group, run: Callable[[], object]) -> int:
