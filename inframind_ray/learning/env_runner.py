@@ -55,7 +55,8 @@ class DecisionEnvRunner(MultiAgentEnvRunner):
     """See the module docstring."""
 
     returned = 0
-    """Decisions handed to the learner (in finished queries) over the runner's life."""
+    """Decisions handed to the learner (in finished queries) over the runner's life: the
+    ``DECISIONS`` metric's count, readable between ``train()`` calls without reducing metrics."""
 
     def _twin_envs(self) -> list:
         envs = [e.unwrapped for e in self.env.envs]
@@ -102,10 +103,10 @@ class DecisionEnvRunner(MultiAgentEnvRunner):
                     if ep is not None:
                         out.append(ep)
                         decisions += ep.agent_steps()
-                        self.returned += ep.agent_steps()
                 if e.done:
                     ended += 1
                     e.reset()
+        self.returned += decisions
         self._log_sampled(out, env_steps, ended)
         if num_episodes is not None:
             self._needs_initial_reset = True
