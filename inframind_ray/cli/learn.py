@@ -95,10 +95,12 @@ def train_speed(
     config: Annotated[Path, typer.Option("-c", "--config", help="training YAML "
                                          "(see rllib_configs/)")],
     variants: Annotated[str, typer.Option(
-        help="comma-separated SAMPLER:SIMS[:RUNNERS], each measured in turn; SAMPLER "
-             "'rllib' (RLlib's MultiAgentEnvRunner) or 'decisions' (DecisionEnvRunner), SIMS "
-             "sub-simulations per env, RUNNERS remote env runners (default 0: sampling in "
-             "this process)")] = "rllib:1,decisions:1,decisions:16",
+        help="comma-separated SAMPLER:SIMS[:RUNNERS[:overlap]], each measured in turn; "
+             "SAMPLER 'rllib' (RLlib's MultiAgentEnvRunner) or 'decisions' "
+             "(DecisionEnvRunner), SIMS sub-simulations per env, RUNNERS remote env runners "
+             "(default 0: sampling in this process), 'overlap': the next batch sampled "
+             "while the learner updates (decisions, 1 runner; ppo.overlap)"
+    )] = "rllib:1,decisions:1,decisions:16",
     decisions: Annotated[int, typer.Option(min=1, help="decisions of the raw and sampling "
                                            "phases")] = 2000,
     iterations: Annotated[int, typer.Option(min=0, help="PPO iterations per variant (the "
@@ -139,7 +141,8 @@ def train_speed(
                                                    for v in vs))
 
         def show(row) -> None:
-            table.add_row(row.sampler, str(row.num_sims), str(row.runners), row.phase,
+            table.add_row(row.sampler, str(row.num_sims),
+                          f"{row.runners}{' overlap' if row.overlap else ''}", row.phase,
                           str(row.decisions),
                           f"{row.wall_s:.1f}", f"{row.cpu_s:.1f}", f"{row.per_s:.0f}",
                           f"{row.per_cpu_s:.0f}",

@@ -23,6 +23,7 @@ many whole env episodes. Decisions are counted as agent steps (``count_steps_by=
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,102 @@ from inframind_ray.learning.modules import module_of
 
 DECISIONS = "num_decisions_sampled_lifetime"
 """Metric key: decisions sampled (agent steps of finished queries), lifetime."""
+ANSWERED = "num_decisions_answered_lifetime"
+"""Metric key: decisions the envs answered (finished queries or not), lifetime."""
+
+
+def one_step_episode(rows: dict[str, tuple[dict, float, dict]], mapping_fn,
+                     weights_seq_no: int) -> MultiAgentEpisode:
+    """A finished query (agent id -> (sampling outputs ``obs``/``action``/``logp``/``logits``,
+    reward, info)) as a terminated one-step multi-agent episode."""
+    # no spaces: RLlib's per-agent space bookkeeping would cost more than the rest here
+    ep = MultiAgentEpisode(agent_to_module_mapping_fn=mapping_fn)
+    ep.add_env_reset(observations={a: d["obs"] for a, (d, _, _) in rows.items()},
+                     infos={a: {} for a in rows})
+    ep.add_env_step(
+        observations={a: d["obs"] for a, (d, _, _) in rows.items()},
+        actions={a: d["action"] for a, (d, _, _) in rows.items()},
+        rewards={a: r for a, (_, r, _) in rows.items()},
+        infos={a: info for a, (_, _, info) in rows.items()},
+        terminateds={**{a: True for a in rows}, "__all__": True},
+        extra_model_outputs={a: {Columns.ACTION_LOGP: np.float32(d["logp"]),
+                                 Columns.ACTION_DIST_INPUTS: d["logits"],
+                                 WEIGHTS_SEQ_NO: weights_seq_no}
+                             for a, (d, _, _) in rows.items()})
+    return ep
+
+
+@dataclass
+class QueryRows:
+    """Finished queries' decisions as columns: per module, every observation key, the
+    actions, log-probabilities and logits stacked in one array each; per decision its agent
+    id, reward and info, in query order. Pickles as a few large arrays instead of thousands of
+    small objects (learning/overlap.py sends it between processes)."""
+
+    agents: list[str]
+    bounds: list[int]
+    """Query q's decisions are ``agents[bounds[q]:bounds[q + 1]]``."""
+    index: list[int]
+    """Each decision's row in its module's arrays."""
+    columns: dict[str, dict[str, np.ndarray]]
+    rewards: list[float]
+    infos: list[dict]
+    weights_seq_no: int
+
+    @classmethod
+    def pack(cls, records: list[dict], weights_seq_no: int) -> QueryRows:
+        """From ``DecisionEnvRunner._run``'s records."""
+        agents: list[str] = []
+        bounds, index, rewards, infos = [0], [], [], []
+        per_module: dict[str, list[dict]] = {}
+        for rows in records:
+            for aid, (d, r, info) in rows.items():
+                bucket = per_module.setdefault(module_of(aid), [])
+                agents.append(aid)
+                index.append(len(bucket))
+                bucket.append(d)
+                rewards.append(r)
+                infos.append(info)
+            bounds.append(len(agents))
+        columns = {}
+        for mid, ds in per_module.items():
+            cols = {f"obs/{k}": np.stack([d["obs"][k] for d in ds]) for k in ds[0]["obs"]}
+            cols["action"] = np.array([d["action"] for d in ds], dtype=np.int64)
+            cols["logp"] = np.array([d["logp"] for d in ds], dtype=np.float32)
+            cols["logits"] = np.stack([d["logits"] for d in ds])
+            columns[mid] = cols
+        return cls(agents, bounds, index, columns, rewards, infos, weights_seq_no)
+
+    def __len__(self) -> int:
+        return len(self.agents)
+
+    def _rows(self, q: int) -> dict[str, tuple[dict, float, dict]]:
+        out = {}
+        for j in range(self.bounds[q], self.bounds[q + 1]):
+            aid, i = self.agents[j], self.index[j]
+            cols = self.columns[module_of(aid)]
+            d = {"obs": {k[4:]: v[i] for k, v in cols.items() if k.startswith("obs/")},
+                 "action": int(cols["action"][i]), "logp": float(cols["logp"][i]),
+                 "logits": cols["logits"][i]}
+            out[aid] = (d, self.rewards[j], self.infos[j])
+        return out
+
+    def episodes(self, mapping_fn) -> list[MultiAgentEpisode]:
+        """One terminated one-step episode per query, as ``DecisionEnvRunner.sample``'s."""
+        return [one_step_episode(self._rows(q), mapping_fn, self.weights_seq_no)
+                for q in range(len(self.bounds) - 1)]
+
+    def summaries(self) -> list[dict[str, list]]:
+        """Per query, module id -> [decisions, return] (the runner's episode metrics)."""
+        out = []
+        for q in range(len(self.bounds) - 1):
+            s: dict[str, list] = {}
+            for j in range(self.bounds[q], self.bounds[q + 1]):
+                c = s.setdefault(module_of(self.agents[j]), [0, 0.0])
+                c[0] += 1
+                c[1] += self.rewards[j]
+            out.append(s)
+        return out
 
 
 class DecisionEnvRunner(MultiAgentEnvRunner):
@@ -87,30 +184,60 @@ class DecisionEnvRunner(MultiAgentEnvRunner):
             num_timesteps = self.config.get_rollout_fragment_length(self.worker_index) * len(envs)
         if force_reset or num_episodes is not None or self._needs_initial_reset:
             self._reset(envs)
-        out: list[MultiAgentEpisode] = []
-        decisions = env_steps = ended = 0
+        records, env_steps, ended, answered = self._run(envs, num_timesteps, num_episodes,
+                                                        explore, random_actions)
+        out = [self._episode(rows) for rows in records]
+        self._log_sampled(out, env_steps, ended, answered)
+        return out
+
+    def sample_rows(self, *, num_timesteps: int) -> QueryRows:
+        """As ``sample(num_timesteps=...)`` (exploring), but the finished queries come as
+        columns (``QueryRows``), which cross a process boundary several times faster than
+        episodes; ``QueryRows.episodes`` builds the episodes where they are learned from."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            envs = self._twin_envs()
+            if self._needs_initial_reset:
+                self._reset(envs)
+            records, env_steps, ended, answered = self._run(envs, num_timesteps, None,
+                                                            self.config.explore, False)
+            rows = QueryRows.pack(records, self._weights_seq_no)
+            self._log_summaries(rows.summaries(), env_steps, ended, answered)
+            return rows
+        finally:
+            torch.set_num_threads(threads)
+
+    def _run(self, envs: list, num_timesteps: int | None, num_episodes: int | None,
+             explore: bool, random_actions: bool) -> tuple[list[dict], int, int, int]:
+        """Step the envs until enough decisions (or env episodes) have finished; the finished
+        queries' records (agent id -> sampling outputs, reward, info), env steps, episodes
+        ended, decisions answered."""
+        records: list[dict] = []
+        decisions = env_steps = ended = answered = 0
         while (ended < num_episodes) if num_episodes is not None else decisions < num_timesteps:
             asks = [(k, aid, o) for k, e in enumerate(envs) for aid, o in e.pending_obs()]
             if asks:
                 acts = self._act(asks, explore, random_actions)
+                answered += len(acts)
                 for k, e in enumerate(envs):
                     e.answer({aid: a for (kk, aid, _), a in zip(asks, acts, strict=True)
                               if kk == k})
                 env_steps += 1
             for k, e in enumerate(envs):
                 for query in e.take_queries():
-                    ep = self._episode(k, query)
-                    if ep is not None:
-                        out.append(ep)
-                        decisions += ep.agent_steps()
+                    rows = {aid: (self._open.pop((k, aid)), r, info)
+                            for aid, (r, info) in query.items() if (k, aid) in self._open}
+                    if rows:
+                        records.append(rows)
+                        decisions += len(rows)
                 if e.done:
                     ended += 1
                     e.reset()
         self.returned += decisions
-        self._log_sampled(out, env_steps, ended)
         if num_episodes is not None:
             self._needs_initial_reset = True
-        return out
+        return records, env_steps, ended, answered
 
     # ------------------------------------------------------------------ internals
     def _reset(self, envs: list) -> None:
@@ -152,33 +279,31 @@ class DecisionEnvRunner(MultiAgentEnvRunner):
                                         "logits": logits[j].numpy()}
         return acts
 
-    def _episode(self, k: int, query: dict[str, tuple[float, dict]]
-                 ) -> MultiAgentEpisode | None:
-        """One finished query of env ``k`` as a terminated one-step multi-agent episode."""
-        rows = {aid: (self._open.pop((k, aid)), r, info) for aid, (r, info) in query.items()
-                if (k, aid) in self._open}
-        if not rows:
-            return None
-        # no spaces: RLlib's per-agent space bookkeeping would cost more than the rest here
-        ep = MultiAgentEpisode(agent_to_module_mapping_fn=self.config.policy_mapping_fn)
-        ep.add_env_reset(observations={a: d["obs"] for a, (d, _, _) in rows.items()},
-                         infos={a: {} for a in rows})
-        ep.add_env_step(
-            observations={a: d["obs"] for a, (d, _, _) in rows.items()},
-            actions={a: d["action"] for a, (d, _, _) in rows.items()},
-            rewards={a: r for a, (_, r, _) in rows.items()},
-            infos={a: info for a, (_, _, info) in rows.items()},
-            terminateds={**{a: True for a in rows}, "__all__": True},
-            extra_model_outputs={a: {Columns.ACTION_LOGP: np.float32(d["logp"]),
-                                     Columns.ACTION_DIST_INPUTS: d["logits"],
-                                     WEIGHTS_SEQ_NO: self._weights_seq_no}
-                                 for a, (d, _, _) in rows.items()})
+    def _episode(self, rows: dict[str, tuple[dict, float, dict]]) -> MultiAgentEpisode:
+        """One finished query as a terminated one-step multi-agent episode."""
+        ep = one_step_episode(rows, self.config.policy_mapping_fn, self._weights_seq_no)
         return ep.to_numpy() if self.episodes_to_numpy else ep
 
-    def _log_sampled(self, episodes: list[MultiAgentEpisode], env_steps: int, ended: int
-                     ) -> None:
+    def _log_sampled(self, episodes: list[MultiAgentEpisode], env_steps: int, ended: int,
+                     answered: int | None = None) -> None:
+        summaries = []
+        for e in episodes:
+            s: dict[str, list] = {}
+            for sa in e.agent_episodes.values():
+                c = s.setdefault(sa.module_id, [0, 0.0])
+                c[0] += len(sa)
+                c[1] += sa.get_return()
+            summaries.append(s)
+        self._log_summaries(summaries, env_steps, ended, answered)
+
+    def _log_summaries(self, summaries: list[dict[str, list]], env_steps: int, ended: int,
+                       answered: int | None = None) -> None:
+        """Log a sample call's metrics; ``summaries``: per finished query, module id ->
+        [agent steps, return]."""
         m = self.metrics
-        n = sum(e.agent_steps() for e in episodes)
+        if answered is not None:
+            m.log_value(ANSWERED, answered, reduce="lifetime_sum")
+        n = sum(c[0] for s in summaries for c in s.values())
         m.log_value(NUM_ENV_STEPS_SAMPLED, env_steps, reduce="sum")
         m.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, env_steps, reduce="lifetime_sum")
         m.log_value(DECISIONS, n, reduce="lifetime_sum")
@@ -186,13 +311,12 @@ class DecisionEnvRunner(MultiAgentEnvRunner):
         m.log_value(NUM_EPISODES_LIFETIME, ended, reduce="lifetime_sum")
         per_module: dict[str, int] = {}
         win = max(1, self.config.metrics_num_episodes_for_smoothing)
-        for e in episodes:
-            ret: dict[str, float] = {}
-            for sa in e.agent_episodes.values():
-                per_module[sa.module_id] = per_module.get(sa.module_id, 0) + len(sa)
-                ret[sa.module_id] = ret.get(sa.module_id, 0.0) + sa.get_return()
+        for s in summaries:
+            ret = {mid: c[1] for mid, c in s.items()}
+            for mid, c in s.items():
+                per_module[mid] = per_module.get(mid, 0) + c[0]
             m.log_dict({EPISODE_RETURN_MEAN: sum(ret.values()),
-                        EPISODE_LEN_MEAN: e.agent_steps(),
+                        EPISODE_LEN_MEAN: sum(c[0] for c in s.values()),
                         EPISODE_MODULE_RETURN_MEAN: ret}, window=win)
         for mid, k in per_module.items():  # agent steps per module, not per agent id: the
             # ids number in the thousands and RLlib only ever sums these

@@ -12,7 +12,10 @@ the same config, seed and machine, one after the other:
 Every row has wall time and CPU time (user + system of this process, where RLlib samples and
 learns with ``num_env_runners: 0``, plus the remote env runners' processes otherwise; with
 remote runners the sampling phase is skipped), so a number measured on a shared machine can be
-read against its load (the 1-minute load average, sampled before and after each row).
+read against its load (the 1-minute load average, sampled before and after each row). With
+``overlap`` (learning/overlap.py) a ppo row counts the batch that iteration learned from (sampled
+while the previous one learned) and its CPU time is this process's only: asking the runner
+would wait for the sample in flight.
 """
 
 from __future__ import annotations
@@ -35,21 +38,29 @@ PHASES = ("raw", "sampling", "ppo")
 @dataclass(frozen=True)
 class Variant:
     """How decisions are sampled: RLlib's runner or ``DecisionEnvRunner``; sub-simulations per
-    env; remote env runners (0: sampling in this process)."""
+    env; remote env runners (0: sampling in this process); sampling overlapped with learning
+    (learning/overlap.py)."""
 
     sampler: str
     num_sims: int
     runners: int = 0
+    overlap: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Variant:
-        """``SAMPLER:SIMS[:RUNNERS]``, e.g. ``decisions:16`` or ``decisions:16:2``."""
+        """``SAMPLER:SIMS[:RUNNERS[:overlap]]``, e.g. ``decisions:16``, ``decisions:16:2`` or
+        ``decisions:16:1:overlap``."""
         parts = text.split(":")
-        if (len(parts) not in (2, 3) or parts[0] not in ("rllib", "decisions")
-                or not all(p.isdigit() for p in parts[1:]) or int(parts[1]) < 1):
-            raise ConfigError("variants", f"{text!r} is not SAMPLER:SIMS[:RUNNERS] (sampler "
-                              "rllib or decisions, sims >= 1, runners >= 0)")
-        return cls(parts[0], int(parts[1]), int(parts[2]) if len(parts) == 3 else 0)
+        overlap = len(parts) == 4 and parts[3] == "overlap"
+        nums = parts[1:3]
+        if (len(parts) not in (2, 3, 4) or (len(parts) == 4 and not overlap)
+                or parts[0] not in ("rllib", "decisions")
+                or not all(p.isdigit() for p in nums) or int(parts[1]) < 1
+                or (overlap and (parts[0] != "decisions" or int(parts[2]) != 1))):
+            raise ConfigError("variants", f"{text!r} is not SAMPLER:SIMS[:RUNNERS[:overlap]] "
+                              "(sampler rllib or decisions, sims >= 1, runners >= 0; overlap "
+                              "needs decisions and 1 runner)")
+        return cls(parts[0], int(parts[1]), int(parts[2]) if len(parts) >= 3 else 0, overlap)
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,7 @@ class SpeedRow:
     load_before: float
     load_after: float
     trained: int | None = None
+    overlap: bool = False
 
     @property
     def per_s(self) -> float:
@@ -110,7 +122,7 @@ def _timed(v: Variant, phase: str, run: Callable[[], int | tuple[int, int | None
     n, trained = n if isinstance(n, tuple) else (n, None)  # trained: None if not counted
     return SpeedRow(v.sampler, v.num_sims, v.runners, phase, n,
                     round(time.perf_counter() - wall0, 2), round(_cpu(group) - cpu0, 2), load0,
-                    os.getloadavg()[0], trained)
+                    os.getloadavg()[0], trained, v.overlap)
 
 
 def raw_decisions(env, decisions: int, seed: int) -> int:
@@ -147,6 +159,7 @@ def measure(cfg: TrainConfig, variants: list[Variant], decisions: int, iteration
         c = cfg.model_copy(deep=True)
         c.env.num_sims, c.ppo.sampler, c.ppo.num_env_runners = (v.num_sims, v.sampler,
                                                                   v.runners)
+        c.ppo.overlap = v.overlap
         env = TwinOrchestrationEnv(c.env.model_dump())  # built untimed, as RLlib's are
         keep(_timed(v, "raw", lambda env=env, c=c: raw_decisions(env, decisions, c.seed)))
         algo = build_algo(c)
@@ -156,9 +169,13 @@ def measure(cfg: TrainConfig, variants: list[Variant], decisions: int, iteration
                 runner = group.local_env_runner
                 keep(_timed(v, "sampling", lambda g=group, r=runner: _answered(
                     g, lambda: r.sample(num_timesteps=decisions, explore=True))))
+            last = [0, 0]  # lifetime (answered, trained) after the previous iteration
             for _ in range(iterations):
-                keep(_timed(v, "ppo", lambda g=group, a=algo: _iteration(g, a),
-                            group if v.runners else None))
+                if v.overlap:  # counted from the results: a call to the runner would wait
+                    keep(_timed(v, "ppo", lambda a=algo, p=last: _overlapped(a, p)))
+                else:
+                    keep(_timed(v, "ppo", lambda g=group, a=algo: _iteration(g, a),
+                                group if v.runners else None))
         finally:
             algo.stop()
     return rows
@@ -177,6 +194,19 @@ def _iteration(group, algo) -> tuple[int, int | None]:
     answered = _answered(group, algo.train)
     after = returned()
     return answered, None if before is None or after is None else after - before
+
+
+def _overlapped(algo, last: list[int]) -> tuple[int, int]:
+    """One ``algo.train()`` of ``ppo.overlap``: the decisions answered and trained in the batch
+    it learned from, from the runner's lifetime metrics in the result (asking the runner
+    directly would wait for the sample in flight)."""
+    from inframind_ray.learning.env_runner import ANSWERED, DECISIONS
+
+    runners = algo.train().get("env_runners", {})
+    now = [int(runners.get(ANSWERED, 0)), int(runners.get(DECISIONS, 0))]
+    answered, trained = now[0] - last[0], now[1] - last[1]
+    last[:] = now
+    return answered, trained
 
 
 def _answered(group, run: Callable[[], object]) -> int:

@@ -59,6 +59,7 @@ def build_algo(cfg: TrainConfig, env=None, env_runner_cls=None):
     from inframind_ray.learning.env_runner import DecisionEnvRunner
     from inframind_ray.learning.lagrangian import LagrangianPPOLearner, LagrangianReward
     from inframind_ray.learning.modules import EXECUTOR, PLANNER, module_of, module_spec
+    from inframind_ray.learning.overlap import OverlappedPPO
 
     torch.set_num_threads(cfg.ppo.torch_threads)
     own = env is None
@@ -71,7 +72,7 @@ def build_algo(cfg: TrainConfig, env=None, env_runner_cls=None):
         env.close()
     p = cfg.ppo
     config = (
-        PPOConfig()
+        PPOConfig(algo_class=OverlappedPPO if p.overlap else None)
         .environment(TwinOrchestrationEnv, env_config=cfg.env.model_dump(),
                      disable_env_checking=True)
         .multi_agent(policies={PLANNER, EXECUTOR}, policy_mapping_fn=module_of,
@@ -101,6 +102,8 @@ def build_algo(cfg: TrainConfig, env=None, env_runner_cls=None):
         .debugging(seed=cfg.seed, log_level="ERROR", log_sys_usage=False)
         .reporting(metrics_num_episodes_for_smoothing=20)
     )
+    # Overlapped sampling: the connector-state sync would wait for the sample in flight.
+    config._dont_auto_sync_env_runner_states = p.overlap
     return config.build_algo()
 
 

@@ -35,6 +35,11 @@ class PPOSettings(BaseModel):
     num_env_runners: int = Field(0, ge=0)
     """Remote sampling processes (0: sample in the driver)."""
     num_envs_per_env_runner: int = Field(1, ge=1)
+    overlap: bool = False
+    """Sample the next batch while the learner updates on this one (learning/overlap.py): one
+    remote env runner (``num_env_runners: 1``), one iteration of policy lag. A different
+    algorithm from the default's strict alternation, so a recipe that turns it on is measured
+    again (docs/learning.md, "Training throughput")."""
     num_learners: int = Field(0, ge=0)
     """Learner actors that run the update (0: in the driver). On a multi-node cluster Ray
     places them like any actor: with ``num_gpus_per_learner`` on a GPU node, with
@@ -55,6 +60,8 @@ class PPOSettings(BaseModel):
         if self.learner_resources and self.num_learners == 0:
             raise ValueError("learner_resources needs num_learners >= 1 (the driver's own "
                              "learner cannot be placed)")
+        if self.overlap and (self.num_env_runners != 1 or self.sampler != "decisions"):
+            raise ValueError("overlap needs num_env_runners: 1 and sampler: decisions")
         return self
 
 

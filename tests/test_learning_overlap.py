@@ -1,0 +1,144 @@
+"""Sampling overlapped with learning (``ppo.overlap``): the finished queries travel as columns
+and come back as the same episodes; one remote runner samples the next batch while the learner
+updates, one update behind it; ``train-speed`` measures the variant."""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import numpy as np
+import pytest
+import ray
+from ray.rllib.core.columns import Columns
+
+from inframind_ray.errors import ConfigError
+from inframind_ray.learning.env_runner import QueryRows
+from inframind_ray.learning.modules import EXECUTOR, PLANNER
+from inframind_ray.learning.throughput import Variant
+from inframind_ray.learning.train import build_algo
+from inframind_ray.learning.train_config import TrainConfig
+
+ENV = {"queries_per_episode": 60, "rate_range": [200, 400], "budget_ranges": [[10, 30]],
+       "tasks": "gsm8k=0.5,mmlu_pro=0.5", "trace_fraction": 0.0, "num_sims": 4}
+PPO = {"iterations": 1, "train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _cfg(**ppo) -> TrainConfig:
+    return TrainConfig.model_validate({"hidden": 32, "env": ENV, "warm_start": None,
+                                       "ppo": {**PPO, **ppo}})
+
+
+def _pickled_objects(obj) -> int:
+    """Objects a pickle of ``obj`` records (its memo): what makes pickling slow here."""
+    p = pickle.Pickler(io.BytesIO())
+    p.dump(obj)
+    return len(p.memo.copy())
+
+
+def test_query_rows_give_back_the_same_episodes(ray_local):
+    """Records packed as columns rebuild episodes equal to the runner's own, field by field,
+    and pickle as a tenth of the objects or fewer (4,000 decisions: 0.8 s to pickle and
+    unpickle as episodes, 0.01 s as columns; docs/learning.md)."""
+    algo = build_algo(_cfg())
+    try:
+        runner = algo.env_runner_group.local_env_runner
+        envs = runner._twin_envs()
+        runner._reset(envs)
+        records, _, _, answered = runner._run(envs, 120, None, True, False)
+        assert answered >= sum(len(r) for r in records) >= 120
+        direct = [runner._episode(r) for r in records]
+        rows = QueryRows.pack(records, runner._weights_seq_no)
+        rebuilt = rows.episodes(runner.config.policy_mapping_fn)
+        assert len(rows) == sum(e.agent_steps() for e in direct)
+        assert len(rebuilt) == len(direct)
+        for a, b in zip(direct, rebuilt, strict=True):
+            assert set(a.agent_ids) == set(b.agent_ids)
+            for aid in a.agent_ids:
+                sa, sb = a.agent_episodes[aid], b.agent_episodes[aid]
+                assert sa.module_id == sb.module_id
+                oa, ob = sa.get_observations(0), sb.get_observations(0)
+                assert list(oa) == list(ob)
+                assert all(np.array_equal(oa[k], ob[k]) and oa[k].dtype == ob[k].dtype
+                           for k in oa)
+                assert int(sa.get_actions(0)) == int(sb.get_actions(0))
+                for col in (Columns.ACTION_LOGP, Columns.ACTION_DIST_INPUTS):
+                    assert np.array_equal(sa.get_extra_model_outputs(col, 0),
+                                          sb.get_extra_model_outputs(col, 0))
+                assert sa.get_return() == sb.get_return()
+                assert sa.get_infos(-1) == sb.get_infos(-1)
+        assert rows.summaries()[0] == {
+            m: [sum(1 for s in direct[0].agent_episodes.values() if s.module_id == m),
+                pytest.approx(sum(s.get_return() for s in direct[0].agent_episodes.values()
+                                  if s.module_id == m))]
+            for m in {s.module_id for s in direct[0].agent_episodes.values()}}
+        assert _pickled_objects(rows) * 10 < _pickled_objects(direct)
+    finally:
+        algo.stop()
+
+
+def test_overlapped_ppo_learns_one_update_behind(ray_local):
+    """Three iterations: the first batch is sampled by the starting weights and learned at
+    once (lag 0), every later one by the weights of one update before (lag 1); each learns a
+    full batch; the runner ends with the learner's latest weights."""
+    from inframind_ray.learning.overlap import LAG, OverlappedPPO
+    from inframind_ray.learning.train import decisions_sampled
+
+    algo = build_algo(_cfg(num_env_runners=1, overlap=True))
+    try:
+        assert isinstance(algo, OverlappedPPO)
+        lags, trained, prev = [], [], 0
+        for _ in range(3):
+            r = algo.train()
+            lags.append(r["learners"]["__all_modules__"][LAG])
+            trained.append(decisions_sampled(r) - prev)
+            prev = decisions_sampled(r)
+        assert lags == [0, 1, 1]
+        assert all(t >= 64 for t in trained)
+        # a blocking call runs after the sample in flight and the weights sent behind it
+        remote = algo.env_runner_group.foreach_env_runner(
+            lambda w: {m: {k: v.clone() for k, v in w.module[m].state_dict().items()}
+                       for m in (PLANNER, EXECUTOR)}, local_env_runner=False)[0]
+        learner = algo.learner_group.foreach_learner(
+            lambda lr: {m: lr.module[m].state_dict() for m in (PLANNER, EXECUTOR)})
+        learner = next(iter(learner)).get()
+        for m in (PLANNER, EXECUTOR):
+            shared = set(remote[m]) & set(learner[m])
+            assert shared
+            assert all(np.allclose(np.asarray(remote[m][k]), np.asarray(learner[m][k]))
+                       for k in shared)
+    finally:
+        algo.stop()
+
+
+def test_train_speed_measures_the_overlapped_variant(ray_local):
+    """``train-speed`` with ``decisions:4:1:overlap``: ppo rows count the batch each iteration
+    learned (at least ``train_batch_size``) and the decisions answered for it."""
+    from inframind_ray.learning.throughput import measure
+
+    v = Variant.parse("decisions:4:1:overlap")
+    assert v.overlap and v.runners == 1
+    rows = measure(_cfg(), [v], decisions=100, iterations=2)
+    assert [r.phase for r in rows] == ["raw", "ppo", "ppo"]
+    assert all(r.overlap and r.trained >= 64 and r.decisions > 0 for r in rows[1:])
+    # every decision trained was answered by the runner in a fetched sample call
+    assert sum(r.decisions for r in rows[1:]) >= sum(r.trained for r in rows[1:])
+
+
+@pytest.mark.parametrize("text", ["decisions:4:2:overlap", "rllib:4:1:overlap",
+                                  "decisions:4:1:fast"])
+def test_overlap_needs_one_decision_runner(text):
+    with pytest.raises(ConfigError):
+        Variant.parse(text)
+
+
+def test_overlap_config_is_checked_at_load():
+    with pytest.raises(ValueError, match="overlap needs"):
+        _cfg(overlap=True)
