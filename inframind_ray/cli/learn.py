@@ -95,11 +95,12 @@ def train_speed(
     config: Annotated[Path, typer.Option("-c", "--config", help="training YAML "
                                          "(see rllib_configs/)")],
     variants: Annotated[str, typer.Option(
-        help="comma-separated SAMPLER:SIMS[:RUNNERS[:overlap]], each measured in turn; "
-             "SAMPLER 'rllib' (RLlib's MultiAgentEnvRunner) or 'decisions' "
+        help="comma-separated SAMPLER:SIMS[:RUNNERS[:overlap]][@THREADS], each measured in "
+             "turn; SAMPLER 'rllib' (RLlib's MultiAgentEnvRunner) or 'decisions' "
              "(DecisionEnvRunner), SIMS sub-simulations per env, RUNNERS remote env runners "
              "(default 0: sampling in this process), 'overlap': the next batch sampled "
-             "while the learner updates (decisions, 1 runner; ppo.overlap)"
+             "while the learner updates (decisions, 1 runner; ppo.overlap), THREADS the "
+             "learner's torch threads (default: the config's ppo.torch_threads)"
     )] = "rllib:1,decisions:1,decisions:16",
     decisions: Annotated[int, typer.Option(min=1, help="decisions of the raw and sampling "
                                            "phases")] = 2000,
@@ -134,15 +135,16 @@ def train_speed(
     for name in ("ray.rllib", "ray.tune", "ray._private.worker"):
         logging.getLogger(name).setLevel(logging.ERROR)
     start_ray()
-    table = Table("sampler", "sims", "runners", "phase", "decisions", "wall s", "cpu s", "dec/s",
-                  "dec/cpu-s", "trained", "trained/s", "load (1 min)")
+    table = Table("sampler", "sims", "runners", "threads", "phase", "decisions", "wall s",
+                  "cpu s", "dec/s", "dec/cpu-s", "trained", "trained/s", "load (1 min)")
     with Progress(console=console) as bar:
-        task = bar.add_task("measuring", total=sum((1 if v.runners else 2) + iterations
-                                                   for v in vs))
+        task = bar.add_task("measuring", total=sum(
+            (2 if v.overlap or not v.runners else 1) + iterations for v in vs))
 
         def show(row) -> None:
             table.add_row(row.sampler, str(row.num_sims),
-                          f"{row.runners}{' overlap' if row.overlap else ''}", row.phase,
+                          f"{row.runners}{' overlap' if row.overlap else ''}",
+                          str(row.threads), row.phase,
                           str(row.decisions),
                           f"{row.wall_s:.1f}", f"{row.cpu_s:.1f}", f"{row.per_s:.0f}",
                           f"{row.per_cpu_s:.0f}",

@@ -39,28 +39,31 @@ PHASES = ("raw", "sampling", "ppo")
 class Variant:
     """How decisions are sampled: RLlib's runner or ``DecisionEnvRunner``; sub-simulations per
     env; remote env runners (0: sampling in this process); sampling overlapped with learning
-    (learning/overlap.py)."""
+    (learning/overlap.py); the learner's torch threads (None: the config's)."""
 
     sampler: str
     num_sims: int
     runners: int = 0
     overlap: bool = False
+    threads: int | None = None
 
     @classmethod
     def parse(cls, text: str) -> Variant:
-        """``SAMPLER:SIMS[:RUNNERS[:overlap]]``, e.g. ``decisions:16``, ``decisions:16:2`` or
-        ``decisions:16:1:overlap``."""
-        parts = text.split(":")
+        """``SAMPLER:SIMS[:RUNNERS[:overlap]][@THREADS]``, e.g. ``decisions:16``,
+        ``decisions:16:2``, ``decisions:16@2`` or ``decisions:16:1:overlap@1``."""
+        body, _, threads = text.partition("@")
+        parts = body.split(":")
         overlap = len(parts) == 4 and parts[3] == "overlap"
-        nums = parts[1:3]
         if (len(parts) not in (2, 3, 4) or (len(parts) == 4 and not overlap)
                 or parts[0] not in ("rllib", "decisions")
-                or not all(p.isdigit() for p in nums) or int(parts[1]) < 1
-                or (overlap and (parts[0] != "decisions" or int(parts[2]) != 1))):
-            raise ConfigError("variants", f"{text!r} is not SAMPLER:SIMS[:RUNNERS[:overlap]] "
-                              "(sampler rllib or decisions, sims >= 1, runners >= 0; overlap "
-                              "needs decisions and 1 runner)")
-        return cls(parts[0], int(parts[1]), int(parts[2]) if len(parts) >= 3 else 0, overlap)
+                or not all(p.isdigit() for p in parts[1:3]) or int(parts[1]) < 1
+                or (overlap and (parts[0] != "decisions" or int(parts[2]) != 1))
+                or ("@" in text and (not threads.isdigit() or int(threads) < 1))):
+            raise ConfigError("variants", f"{text!r} is not SAMPLER:SIMS[:RUNNERS[:overlap]]"
+                              "[@THREADS] (sampler rllib or decisions, sims >= 1, runners "
+                              ">= 0; overlap needs decisions and 1 runner; threads >= 1)")
+        return cls(parts[0], int(parts[1]), int(parts[2]) if len(parts) >= 3 else 0, overlap,
+                   int(threads) if threads else None)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class SpeedRow:
     load_after: float
     trained: int | None = None
     overlap: bool = False
+    threads: int | None = None
+    """The learner's torch threads."""
 
     @property
     def per_s(self) -> float:
@@ -115,14 +120,14 @@ def _cpu(group=None) -> float:
 
 
 def _timed(v: Variant, phase: str, run: Callable[[], int | tuple[int, int | None]],
-           group=None) -> SpeedRow:
+           group=None, threads: int | None = None) -> SpeedRow:
     """``run`` returns the decisions answered, or (answered, trained)."""
     load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), _cpu(group)
     n = run()
     n, trained = n if isinstance(n, tuple) else (n, None)  # trained: None if not counted
     return SpeedRow(v.sampler, v.num_sims, v.runners, phase, n,
                     round(time.perf_counter() - wall0, 2), round(_cpu(group) - cpu0, 2), load0,
-                    os.getloadavg()[0], trained, v.overlap)
+                    os.getloadavg()[0], trained, v.overlap, threads)
 
 
 def raw_decisions(env, decisions: int, seed: int) -> int:
@@ -160,22 +165,32 @@ def measure(cfg: TrainConfig, variants: list[Variant], decisions: int, iteration
         c.env.num_sims, c.ppo.sampler, c.ppo.num_env_runners = (v.num_sims, v.sampler,
                                                                   v.runners)
         c.ppo.overlap = v.overlap
+        if v.threads is not None:
+            c.ppo.torch_threads = v.threads
+        t = c.ppo.torch_threads
         env = TwinOrchestrationEnv(c.env.model_dump())  # built untimed, as RLlib's are
-        keep(_timed(v, "raw", lambda env=env, c=c: raw_decisions(env, decisions, c.seed)))
+        keep(_timed(v, "raw", lambda env=env, c=c: raw_decisions(env, decisions, c.seed),
+                    threads=t))
         algo = build_algo(c)
         try:
             group = algo.env_runner_group
             if c.ppo.num_env_runners == 0:  # RLlib's own sample call, in this process
                 runner = group.local_env_runner
                 keep(_timed(v, "sampling", lambda g=group, r=runner: _answered(
-                    g, lambda: r.sample(num_timesteps=decisions, explore=True))))
+                    g, lambda: r.sample(num_timesteps=decisions, explore=True)), threads=t))
+            elif v.overlap:  # the remote runner's own call, so both variants start their
+                # ppo rows with queries in flight
+                keep(_timed(v, "sampling", lambda g=group: _answered(
+                    g, lambda: g.foreach_env_runner(_sample_rows(decisions),
+                                                    local_env_runner=False)),
+                    group, threads=t))
             last = [0, 0]  # lifetime (answered, trained) after the previous iteration
             for _ in range(iterations):
                 if v.overlap:  # counted from the results: a call to the runner would wait
-                    keep(_timed(v, "ppo", lambda a=algo, p=last: _overlapped(a, p)))
+                    keep(_timed(v, "ppo", lambda a=algo, p=last: _overlapped(a, p), threads=t))
                 else:
                     keep(_timed(v, "ppo", lambda g=group, a=algo: _iteration(g, a),
-                                group if v.runners else None))
+                                group if v.runners else None, threads=t))
         finally:
             algo.stop()
     return rows
@@ -194,6 +209,16 @@ def _iteration(group, algo) -> tuple[int, int | None]:
     answered = _answered(group, algo.train)
     after = returned()
     return answered, None if before is None or after is None else after - before
+
+
+def _sample_rows(n: int) -> Callable:
+    """A remote ``sample_rows`` call whose metrics are reduced and dropped, so that the first
+    ppo row's lifetime counts (``_overlapped``) start from zero."""
+    def run(runner) -> int:
+        rows = runner.sample_rows(num_timesteps=n)
+        runner.get_metrics()
+        return len(rows)
+    return run
 
 
 def _overlapped(algo, last: list[int]) -> tuple[int, int]:
