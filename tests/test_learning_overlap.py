@@ -89,15 +89,16 @@ def test_overlapped_ppo_learns_one_update_behind(ray_local):
     once (lag 0), every later one by the weights of one update before (lag 1); each learns a
     full batch; the runner ends with the learner's latest weights."""
     from inframind_ray.learning.overlap import LAG, OverlappedPPO
-    from inframind_ray.learning.train import decisions_sampled
+    from inframind_ray.learning.train import _iteration_row, decisions_sampled
 
     algo = build_algo(_cfg(num_env_runners=1, overlap=True))
     try:
         assert isinstance(algo, OverlappedPPO)
         lags, trained, prev = [], [], 0
-        for _ in range(3):
+        for i in range(3):
             r = algo.train()
             lags.append(r["learners"]["__all_modules__"][LAG])
+            assert _iteration_row(i + 1, r, 1.0, 1.0)["policy_lag"] == lags[-1]
             trained.append(decisions_sampled(r) - prev)
             prev = decisions_sampled(r)
         assert lags == [0, 1, 1]

@@ -280,11 +280,14 @@ def _iteration_row(it: int, r: dict, elapsed: float, train_s: float,
     """One metrics.jsonl row of a PPO iteration; ``decisions_per_s``: the environment decisions
     sampled in this iteration (``decisions``: lifetime count) over the wall time of its
     ``algo.train()`` (sampling and learning). ``env_steps``: RLlib's env steps (one answers a
-    decision of every sub-simulation)."""
+    decision of every sub-simulation). ``policy_lag`` (with ``ppo.overlap`` only): learner
+    updates between the weights that sampled the batch and the learner's."""
     from inframind_ray.learning.modules import EXECUTOR, PLANNER
+    from inframind_ray.learning.overlap import LAG
 
     runners, learners = r.get("env_runners", {}), r.get("learners", {})
     lag = learners.get("lagrangian", {}) if isinstance(learners, dict) else {}
+    everything = learners.get("__all_modules__", {}) if isinstance(learners, dict) else {}
 
     def num(x):
         return None if x is None else round(float(x), 4)
@@ -301,6 +304,7 @@ def _iteration_row(it: int, r: dict, elapsed: float, train_s: float,
             "lambda": num(lag.get("lambda")), "mean_cost": num(lag.get("mean_cost")),
             "mu": num(lag.get("mu")),
             "diagnostics": diag,
+            **({"policy_lag": num(everything[LAG])} if LAG in everything else {}),
             "module_returns": {m: num(v) for m, v in
                                runners.get("module_episode_returns_mean", {}).items()}}
 
