@@ -148,3 +148,39 @@ def test_overlap_needs_one_decision_runner(text):
 def test_overlap_config_is_checked_at_load():
     with pytest.raises(ValueError, match="overlap needs"):
         _cfg(overlap=True)
+
+
+def test_settled_collector_changes_nothing_sampled(ray_local):
+    """``learning/heap.py``: the same seeded sampling with the collector as CPython sets it and
+    settled (frozen heap, larger young generation) gives the same decisions and rewards."""
+    import gc
+
+    from inframind_ray.learning.env_runner import DecisionEnvRunner
+    from inframind_ray.learning.heap import GEN0_THRESHOLD
+
+    def sampled(settled: bool) -> QueryRows:
+        algo = build_algo(_cfg())
+        try:
+            runner = algo.env_runner_group.local_env_runner
+            runner._settled = not settled  # True: skip settling
+            envs = runner._twin_envs()
+            runner._reset(envs)
+            records, _, _, _ = runner._run(envs, 150, None, False, False)
+            return QueryRows.pack(records, 0)
+        finally:
+            algo.stop()
+
+    before = gc.get_threshold()
+    try:
+        plain = sampled(settled=False)
+        assert gc.get_threshold()[0] == before[0]
+        settled = sampled(settled=True)
+        assert gc.get_threshold()[0] == GEN0_THRESHOLD and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+    assert plain.agents == settled.agents and plain.rewards == settled.rewards
+    assert plain.infos == settled.infos
+    for mid, cols in plain.columns.items():
+        assert all(np.array_equal(v, settled.columns[mid][k]) for k, v in cols.items())
+    assert DecisionEnvRunner._settled is False  # the class default: every runner settles once

@@ -46,6 +46,7 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
+from inframind_ray.learning.heap import settle
 from inframind_ray.learning.modules import module_of
 
 DECISIONS = "num_decisions_sampled_lifetime"
@@ -154,8 +155,12 @@ class DecisionEnvRunner(MultiAgentEnvRunner):
     returned = 0
     """Decisions handed to the learner (in finished queries) over the runner's life: the
     ``DECISIONS`` metric's count, readable between ``train()`` calls without reducing metrics."""
+    _settled = False
 
     def _twin_envs(self) -> list:
+        if not self._settled:  # the envs and modules exist now: settle the collector once
+            settle()
+            self._settled = True
         envs = [e.unwrapped for e in self.env.envs]
         for e in envs:
             e.by_query = True

@@ -37,6 +37,8 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from inframind_ray.learning.heap import settle
+
 TAG = "overlapped-sample"
 LAG = "policy_lag_updates"
 """Metric key: learner updates between the weights that sampled a batch and the learner's."""
@@ -53,6 +55,8 @@ class OverlappedPPO(PPO):
         group = self.env_runner_group
         if group.num_remote_workers() != 1:
             raise ValueError("ppo.overlap needs num_env_runners: 1")
+        if not self._in_flight:
+            settle()  # the driver's heap after setup (learning/heap.py)
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             if not self._in_flight:
                 self._ask(group)

@@ -22,6 +22,7 @@ import numpy as np
 import yaml
 
 from inframind_ray.core.types import TokenBudget
+from inframind_ray.learning.heap import settle
 from inframind_ray.learning.pools_draw import capacity_rpm
 from inframind_ray.learning.train_config import TrainConfig, validation_pools
 
@@ -249,6 +250,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False,
                 row = {"iteration": 0, "phase": "warm_start", **ws_row,
                        "eval": evaluate(cfg, ckpt), "untrained_eval": row["eval"]}
             _log_row(row, history, metrics_path, on_row)
+        settle()  # the driver's heap after setup and warm start (learning/heap.py)
         for it in range(start, cfg.ppo.iterations):
             t_it = time.perf_counter()
             r = algo.train()
