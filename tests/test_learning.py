@@ -365,3 +365,29 @@ def test_train_speed_counts_answered_and_trained_decisions(ray_local):
     assert first.as_dict()["trained_per_s"] == pytest.approx(first.trained / first.wall_s, 0.01)
     # every decision trained was answered in the sampling phase or in these iterations
     assert rows[1].decisions + first.decisions + second.decisions >= first.trained + second.trained
+
+
+@pytest.mark.parametrize("hash_seed", ["8"])
+def test_initial_weights_do_not_depend_on_string_hashing(hash_seed):
+    """The modules are built in a fixed order, so a seeded run's initial weights are the same
+    in every process (a set of module ids once made them depend on ``PYTHONHASHSEED``: seeds
+    0 and 8 built them in opposite orders)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib; from inframind_ray.learning.train import build_algo, start_ray; "
+            "from inframind_ray.learning.train_config import TrainConfig; start_ray(); "
+            "a = build_algo(TrainConfig.model_validate({'hidden': 32, 'warm_start': None, "
+            "'ppo': {'train_batch_size': 64, 'minibatch_size': 32}})); "
+            "m = a.env_runner_group.local_env_runner.module; h = hashlib.sha256(); "
+            "[h.update(v.numpy().tobytes()) for k in ('planner', 'executor') "
+            "for v in m[k].state_dict().values()]; print('W', h.hexdigest()); a.stop()")
+    out = []
+    for seed in ("0", hash_seed):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "RAY_DEDUP_LOGS": "0"}
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        out.append([line for line in run.stdout.splitlines() if line.startswith("W ")])
+    assert out[0] and out[0] == out[1]

@@ -76,7 +76,7 @@ def build_algo(cfg: TrainConfig, env=None, env_runner_cls=None):
         PPOConfig(algo_class=OverlappedPPO if p.overlap else None)
         .environment(TwinOrchestrationEnv, env_config=cfg.env.model_dump(),
                      disable_env_checking=True)
-        .multi_agent(policies={PLANNER, EXECUTOR}, policy_mapping_fn=module_of,
+        .multi_agent(policies=[PLANNER, EXECUTOR], policy_mapping_fn=module_of,
                      count_steps_by="agent_steps" if p.sampler == "decisions" else "env_steps")
         .rl_module(rl_module_spec=spec)
         .env_runners(num_env_runners=p.num_env_runners,
