@@ -55,11 +55,10 @@ class OverlappedPPO(PPO):
         group = self.env_runner_group
         if group.num_remote_workers() != 1:
             raise ValueError("ppo.overlap needs num_env_runners: 1")
-        if not self._in_flight:
+        if not self._in_flight:  # the first iteration (or the first after a restore)
             settle()  # the driver's heap after setup (learning/heap.py)
+            self._ask(group)
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-            if not self._in_flight:
-                self._ask(group)
             ready: list = []
             while not ready:
                 ready = group.fetch_ready_async_reqs(tags=TAG, timeout_seconds=None)
