@@ -3,7 +3,7 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-cpu demo test bench speed overhead data embeddings policy policy-rows policy-rows-sampled rl-seeds rl-delay120 bench-learned predictors
+.PHONY: install install-cpu demo test bench speed overhead data embeddings policy policy-constrained policy-rows policy-rows-sampled rl-seeds rl-delay120 bench-learned predictors
 
 # Base install: torch first, pinned to the CPU wheel (never a CUDA build), then the project.
 $(VENV)/.base: pyproject.toml
@@ -42,10 +42,13 @@ test: install-cpu  ## lint, the rooms' import contracts (.importlinter), the who
 bench: install  ## the twin sweep recorded in docs/twin.md and docs/learning.md
 	$(BIN)/inframind bench --pool constrained --queries 1000 --seed 0 --out docs/bench/default
 
-policy: install  ## retrain the shipped default policy (docs/learning.md), about 20 min on 2 cores
+policy: install  ## retrain the shipped policy: seed 2 of the delay-toll recipe, 120 PPO iterations on sampled pools (docs/learning.md, "Trained to 120 iterations"), about 35 min on 2 cores
+	$(BIN)/inframind train -c rllib_configs/rl-sampled-cf-tail-delay.yaml --seed 2 --out runs/rl-delay120-seed2
+	$(BIN)/inframind train -c rllib_configs/rl-sampled-cf-tail-delay-120.yaml --seed 2 --out runs/rl-delay120-seed2 --resume
+	rm -rf inframind_ray/data/policy && cp -r runs/rl-delay120-seed2/policy inframind_ray/data/policy
+
+policy-constrained: install  ## the earlier training config on the legacy `constrained` pool (docs/learning.md), about 20 min on 2 cores
 	$(BIN)/inframind train -c rllib_configs/default.yaml --out runs/train-default
-	rm -rf inframind_ray/data/policy && cp -r runs/train-default/policy inframind_ray/data/policy
-	mkdir -p docs/learning && cp runs/train-default/metrics.jsonl runs/train-default/summary.json runs/train-default/training.png runs/train-default/config.yaml docs/learning/
 
 policy-rows: install  ## the per-model-row policy: warm start on six pools (docs/learning.md), about 27 min on 2 shared cores
 	$(BIN)/inframind train -c rllib_configs/rows.yaml --out runs/train-rows
