@@ -328,3 +328,23 @@ def test_bench_runs_the_controller_on_and_off_in_one_sweep(twin, tmp_path):
     write_outputs(tmp_path, spec, results, wall)
     assert (tmp_path / "controller.png").stat().st_size > 0
     assert "| moa | 20 |" in (tmp_path / "controller.md").read_text()
+
+
+def test_controller_report_handles_a_family_without_multi_agent_queries_under_one_arm(tmp_path):
+    """Under load the controller changes what the policy plans: a family can have multi-agent
+    queries with it off and none with it on. The report shows "-" there, not a traceback."""
+    from inframind_ray.bench import controller_report
+
+    def row(ctl: str, n: int, lat: float | None, acc: float | None) -> dict:
+        fam = {"multi_agent_queries": n, "multi_agent_latency_mean_s": lat,
+               "multi_agent_accuracy": acc, "cancelled_call_share": None if ctl == "off" else 0.0}
+        return {"scheduling": "edf", "policy": "inframind", "rate_per_min": 190.0,
+                "controller": ctl, "multi_agent_queries": n, "multi_agent_latency_mean_s": lat,
+                "accuracy": 0.7, "goodput": 0.7, "stopped_early_share": 0.0,
+                "cancelled_call_share": 0.0, "by_task": {"math": fam}}
+
+    doc = {"rows": [row("off", 1, 12.5, 1.0), row("on", 0, None, None)]}
+    md = controller_report.markdown(doc)
+    assert "| inframind | 190 | math | 12.5 | - | - | 1.000 | - |" in md
+    controller_report.plot(tmp_path, doc)
+    assert (tmp_path / "controller.png").stat().st_size > 0

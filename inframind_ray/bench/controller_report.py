@@ -31,6 +31,11 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
+def _num(x: float | None, fmt: str = ".3f") -> str:
+    """A figure, or "-" where the cell has none (no multi-agent queries under one arm)."""
+    return "-" if x is None else format(x, fmt)
+
+
 def markdown(doc: dict) -> str:
     """Tables: the whole workload, then per family."""
     lines = ["| policy | req/min | multi-agent queries | latency off (s) | latency on (s) | saved "
@@ -40,7 +45,8 @@ def markdown(doc: dict) -> str:
     for off, on in pairs(doc):
         lines.append(
             f"| {off['policy']} | {off['rate_per_min']:g} | {off['multi_agent_queries']} | "
-            f"{off['multi_agent_latency_mean_s']} | {on['multi_agent_latency_mean_s']} | "
+            f"{_num(off['multi_agent_latency_mean_s'], 'g')} | "
+            f"{_num(on['multi_agent_latency_mean_s'], 'g')} | "
             f"{_pct(saved(off['multi_agent_latency_mean_s'], on['multi_agent_latency_mean_s']))}"
             f" | {off['accuracy']:.3f} | {on['accuracy']:.3f} | "
             f"{100 * (on['accuracy'] - off['accuracy']):+.1f} | {off['goodput']:.3f} | "
@@ -57,9 +63,10 @@ def markdown(doc: dict) -> str:
                 continue
             lines.append(
                 f"| {off['policy']} | {off['rate_per_min']:g} | {fam} | "
-                f"{a['multi_agent_latency_mean_s']} | {b['multi_agent_latency_mean_s']} | "
+                f"{_num(a['multi_agent_latency_mean_s'], 'g')} | "
+                f"{_num(b['multi_agent_latency_mean_s'], 'g')} | "
                 f"{_pct(saved(a['multi_agent_latency_mean_s'], b['multi_agent_latency_mean_s']))}"
-                f" | {a['multi_agent_accuracy']:.3f} | {b['multi_agent_accuracy']:.3f} | "
+                f" | {_num(a['multi_agent_accuracy'])} | {_num(b['multi_agent_accuracy'])} | "
                 f"{_pct(b['cancelled_call_share'])} |")
     return "\n".join(lines) + "\n"
 

@@ -75,12 +75,12 @@ def write_outputs(out: Path, spec: SweepSpec, results: list[CellResult], wall_s:
         doc["sustained_load"] = speedups(doc, spec.schedulings[0])
         plot_schedulings(out, doc)
         (out / "scheduling.md").write_text(markdown(doc))
+    (out / "results.json").write_text(json.dumps(doc, indent=2))  # first: the run is kept
     if {"on", "off"} <= set(spec.controllers):
         from inframind_ray.bench import controller_report
 
         controller_report.plot(out, doc)
         (out / "controller.md").write_text(controller_report.markdown(doc))
-    (out / "results.json").write_text(json.dumps(doc, indent=2))
     pq.write_table(pa.Table.from_pylist([q for r in results for q in r.queries]),
                    out / "queries.parquet")
     pq.write_table(pa.Table.from_pylist([c for r in results for c in r.calls]),
