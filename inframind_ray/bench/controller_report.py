@@ -36,6 +36,11 @@ def _num(x: float | None, fmt: str = ".3f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _bar(x: float | None) -> float:
+    """A bar's height in percent; no bar (NaN) where one arm has no figure, as "-" in tables."""
+    return np.nan if x is None else 100 * x
+
+
 def markdown(doc: dict) -> str:
     """Tables: the whole workload, then per family."""
     lines = ["| policy | req/min | multi-agent queries | latency off (s) | latency on (s) | saved "
@@ -78,11 +83,12 @@ def plot(out: Path, doc: dict) -> None:
     rates = sorted({off["rate_per_min"] for off, _ in ps})
     policies = list(dict.fromkeys(off["policy"] for off, _ in ps))
     fams = list(dict.fromkeys(f for off, _ in ps for f in off["by_task"]))
-    panels = (("latency saved (%)", lambda a, b: 100 * (saved(
-        a["multi_agent_latency_mean_s"], b["multi_agent_latency_mean_s"]) or 0.0)),
-        ("calls cancelled (%)", lambda a, b: 100 * (b["cancelled_call_share"] or 0.0)),
-        ("accuracy change (pp)", lambda a, b: 100 * ((b["multi_agent_accuracy"] or 0.0)
-                                                      - (a["multi_agent_accuracy"] or 0.0))))
+    panels = (("latency saved (%)", lambda a, b: _bar(saved(
+        a["multi_agent_latency_mean_s"], b["multi_agent_latency_mean_s"]))),
+        ("calls cancelled (%)", lambda a, b: _bar(b["cancelled_call_share"])),
+        ("accuracy change (pp)", lambda a, b: _bar(
+            None if None in (a["multi_agent_accuracy"], b["multi_agent_accuracy"])
+            else b["multi_agent_accuracy"] - a["multi_agent_accuracy"])))
     fig, axes = plt.subplots(len(rates), 3, figsize=(16, 3.4 * len(rates)), squeeze=False)
     width = 0.8 / max(1, len(policies))
     for i, rate in enumerate(rates):
