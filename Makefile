@@ -42,9 +42,12 @@ test: install-cpu  ## lint, the rooms' import contracts (.importlinter), the who
 bench: install  ## the twin sweep recorded in docs/twin.md and docs/learning.md
 	$(BIN)/inframind bench --pool constrained --queries 1000 --seed 0 --out docs/bench/default
 
+# The delay-toll recipe to 120 PPO iterations for one seed ($(1)): 60 iterations, then --resume to 120.
+delay120 = $(BIN)/inframind train -c rllib_configs/rl-sampled-cf-tail-delay.yaml --seed $(1) --out runs/rl-delay120-seed$(1) $(2) && \
+	$(BIN)/inframind train -c rllib_configs/rl-sampled-cf-tail-delay-120.yaml --seed $(1) --out runs/rl-delay120-seed$(1) --resume $(2)
+
 policy: install  ## retrain the shipped policy: seed 2 of the delay-toll recipe, 120 PPO iterations on sampled pools (docs/learning.md, "Trained to 120 iterations"), about 35 min on 2 cores
-	$(BIN)/inframind train -c rllib_configs/rl-sampled-cf-tail-delay.yaml --seed 2 --out runs/rl-delay120-seed2
-	$(BIN)/inframind train -c rllib_configs/rl-sampled-cf-tail-delay-120.yaml --seed 2 --out runs/rl-delay120-seed2 --resume
+	$(call delay120,2,)
 	rm -rf inframind_ray/data/policy && cp -r runs/rl-delay120-seed2/policy inframind_ray/data/policy
 
 policy-constrained: install  ## the earlier training config on the legacy `constrained` pool (docs/learning.md), about 20 min on 2 cores
@@ -62,8 +65,7 @@ rl-seeds: install  ## PPO on sampled pools beyond its warm start, six seeds pair
 
 rl-delay120: install  ## the delay toll trained to 120 PPO iterations, six seeds paired (docs/learning.md, "Trained to 120 iterations"), about 2.5 h on 2 cores
 	for s in 0 1 2 3 4 5; do \
-		$(BIN)/inframind train -c rllib_configs/rl-sampled-cf-tail-delay.yaml --seed $$s --out runs/rl-delay120-seed$$s --no-progress || exit 1; \
-		$(BIN)/inframind train -c rllib_configs/rl-sampled-cf-tail-delay-120.yaml --seed $$s --out runs/rl-delay120-seed$$s --resume --no-progress || exit 1; \
+		$(call delay120,$$s,--no-progress) || exit 1; \
 	done
 	$(BIN)/python experiments/rl_vs_warmstart.py runs/rl-delay120-seed*/summary.json
 
