@@ -184,3 +184,66 @@ def test_settled_collector_changes_nothing_sampled(ray_local):
     for mid, cols in plain.columns.items():
         assert all(np.array_equal(v, settled.columns[mid][k]) for k, v in cols.items())
     assert DecisionEnvRunner._settled is False  # the class default: every runner settles once
+
+
+def test_decoupled_batch_centres_the_clip_on_the_proximal_policy():
+    """The decoupled objective is PPO's loss on a batch whose sampling log-probabilities are the
+    proximal ones and whose advantages carry w = pi_prox / pi_behav; rows outside the loss get
+    w = 1; without lag (prox = behaviour) the batch is PPO's own."""
+    import torch
+    from ray.rllib.evaluation.postprocessing import Postprocessing
+
+    from inframind_ray.learning.decoupled import PROX_LOGP, decoupled_batch
+
+    behav = torch.log(torch.tensor([0.5, 0.2, 0.1, 0.3]))
+    prox = torch.log(torch.tensor([0.6, 0.1, 0.1, 0.9]))
+    adv = torch.tensor([1.0, -2.0, 0.5, 3.0])
+    mask = torch.tensor([True, True, True, False])
+    batch = {Columns.ACTION_LOGP: behav, PROX_LOGP: prox, Postprocessing.ADVANTAGES: adv,
+             Columns.LOSS_MASK: mask}
+    out, w = decoupled_batch(batch)
+    assert torch.allclose(w, torch.tensor([1.2, 0.5, 1.0, 1.0]))
+    assert torch.equal(out[Columns.ACTION_LOGP], prox)
+    assert torch.allclose(out[Postprocessing.ADVANTAGES], torch.tensor([1.2, -1.0, 0.5, 3.0]))
+    assert torch.equal(batch[Columns.ACTION_LOGP], behav)  # the learner's batch is untouched
+    # PPO's clipped surrogate on the new batch = w * min(r A, clip(r) A), r against prox
+    new = torch.log(torch.tensor([0.9, 0.1, 0.05, 0.9]))
+    r = torch.exp(new - out[Columns.ACTION_LOGP])
+    a = out[Postprocessing.ADVANTAGES]
+    ppo = torch.minimum(a * r, a * r.clamp(0.8, 1.2))
+    want = w * torch.minimum(adv * r, adv * r.clamp(0.8, 1.2))
+    assert torch.allclose(ppo[mask], want[mask])
+    same, w1 = decoupled_batch({**batch, PROX_LOGP: behav})
+    assert torch.allclose(w1, torch.ones(4))
+    assert torch.allclose(same[Postprocessing.ADVANTAGES], adv)
+
+
+def test_decoupled_overlap_weighs_the_lag(ray_local):
+    """With ``ppo.decoupled`` the overlapped learner logs the lag's importance weights: 1 for
+    the first batch (sampled by the weights the update starts from), away from 1 once a batch
+    is one update behind; the training keeps its lag 0, 1, 1."""
+    from inframind_ray.learning.modules import PLANNER
+    from inframind_ray.learning.overlap import LAG
+
+    algo = build_algo(_cfg(num_env_runners=1, overlap=True, decoupled=True))
+    try:
+        rows = [algo.train()["learners"] for _ in range(3)]
+        assert [r["__all_modules__"][LAG] for r in rows] == [0, 1, 1]
+        for m in (PLANNER, EXECUTOR):
+            means = [r[m]["lag_weight_mean"] for r in rows]
+            maxes = [r[m]["lag_weight_max"] for r in rows]
+            assert all(np.isfinite(means)) and all(np.isfinite(maxes))
+            assert means[0] == pytest.approx(1.0, abs=1e-4)
+            assert maxes[0] == pytest.approx(1.0, abs=1e-3)
+        assert max(r[m]["lag_weight_max"] for r in rows[1:] for m in (PLANNER, EXECUTOR)) > 1.001
+    finally:
+        algo.stop()
+
+
+def test_decoupled_setting_is_validated():
+    """``decoupled`` is a PPO setting of the config, off by default."""
+    assert _cfg().ppo.decoupled is False
+    assert _cfg(decoupled=True).ppo.decoupled is True
+    with pytest.raises(ValueError):
+        TrainConfig.model_validate({"hidden": 32, "env": ENV, "warm_start": None,
+                                    "ppo": {**PPO, "decoupled": "sometimes"}})

@@ -28,6 +28,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.torch_utils import explained_variance
 
+from inframind_ray.learning.decoupled import PROX_LOGP, ProximalLogp, decoupled_batch
 from inframind_ray.learning.modules import PLANNER
 
 
@@ -98,6 +99,9 @@ class LagrangianPPOLearner(PPOTorchLearner):
             raise ValueError("LagrangianPPOLearner needs the LagrangianReward learner connector")
         self.reward_piece = pieces[0]
         self.reward_piece.lam, self.reward_piece.mu = self.lam, self.mu
+        self.decoupled = bool(cfg.get("decoupled", False))
+        if self.decoupled:  # PPO's decoupled objective (learning/decoupled.py), after GAE
+            self._learner_connector.append(ProximalLogp())
 
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
         """RLlib's default optimizer (Adam, the learning rate from ``config.lr``), fused: one
@@ -112,7 +116,16 @@ class LagrangianPPOLearner(PPOTorchLearner):
         """PPO's loss; also logs two CleanRL diagnostics RLlib does not: the clip fraction (share
         of decisions whose probability ratio left [1 - clip, 1 + clip]) and the approximate KL
         to the sampling policy, ``mean((ratio - 1) - log ratio)`` (RLlib's ``mean_kl_loss`` is
-        0 unless its KL loss is on)."""
+        0 unless its KL loss is on). With ``decoupled`` (learning/decoupled.py) the ratio, its
+        clip and both diagnostics are taken against the proximal policy, and the importance
+        weights of the lag are logged (``lag_weight_mean``, ``lag_weight_max``)."""
+        if self.decoupled and PROX_LOGP in batch:
+            batch, w = decoupled_batch(batch)
+            mask = batch.get(Columns.LOSS_MASK)
+            w = w[mask.bool()] if mask is not None and mask.any() else w
+            w = w if w.numel() else torch.ones(1)
+            self.metrics.log_value((module_id, "lag_weight_mean"), float(w.mean()), window=1)
+            self.metrics.log_value((module_id, "lag_weight_max"), float(w.max()), window=1)
         loss = super().compute_loss_for_module(module_id=module_id, config=config, batch=batch,
                                                fwd_out=fwd_out)
         with torch.no_grad():

@@ -98,7 +98,7 @@ def build_algo(cfg: TrainConfig, env=None, env_runner_cls=None):
             learner_connector=lambda *a, **k: LagrangianReward(
                 lam=cfg.lagrangian.lam_init,
                 mu=cfg.lagrangian.mu_init if cfg.lagrangian.accuracy_floor is not None else 0.0),
-            learner_config_dict=cfg.lagrangian.model_dump(),
+            learner_config_dict={**cfg.lagrangian.model_dump(), "decoupled": p.decoupled},
         )
         .debugging(seed=cfg.seed, log_level="ERROR", log_sys_usage=False)
         .reporting(metrics_num_episodes_for_smoothing=20)

@@ -40,6 +40,10 @@ class PPOSettings(BaseModel):
     remote env runner (``num_env_runners: 1``), one iteration of policy lag. A different
     algorithm from the default's strict alternation, so a recipe that turns it on is measured
     again (docs/learning.md, "Training throughput")."""
+    decoupled: bool = False
+    """PPO's decoupled objective (learning/decoupled.py): the clip centred on the learner's
+    weights when the update starts, the sampling policy only as an importance weight on the
+    advantage. For ``overlap``'s one iteration of lag; without lag it is PPO."""
     num_learners: int = Field(0, ge=0)
     """Learner actors that run the update (0: in the driver). On a multi-node cluster Ray
     places them like any actor: with ``num_gpus_per_learner`` on a GPU node, with
