@@ -119,13 +119,9 @@ class LagrangianPPOLearner(PPOTorchLearner):
         0 unless its KL loss is on). With ``decoupled`` (learning/decoupled.py) the ratio, its
         clip and both diagnostics are taken against the proximal policy, and the importance
         weights of the lag are logged (``lag_weight_mean``, ``lag_weight_max``)."""
+        w = None
         if self.decoupled and PROX_LOGP in batch:
             batch, w = decoupled_batch(batch)
-            mask = batch.get(Columns.LOSS_MASK)
-            w = w[mask.bool()] if mask is not None and mask.any() else w
-            w = w if w.numel() else torch.ones(1)
-            self.metrics.log_value((module_id, "lag_weight_mean"), float(w.mean()), window=1)
-            self.metrics.log_value((module_id, "lag_weight_max"), float(w.max()), window=1)
         loss = super().compute_loss_for_module(module_id=module_id, config=config, batch=batch,
                                                fwd_out=fwd_out)
         with torch.no_grad():
@@ -140,6 +136,10 @@ class LagrangianPPOLearner(PPOTorchLearner):
             if mask is not None and mask.any():
                 clipped, kl = clipped[mask], kl[mask]
                 value, target = value[mask], target[mask]
+                w = None if w is None else w[mask]
+        if w is not None:
+            self.metrics.log_value((module_id, "lag_weight_mean"), float(w.mean()), window=1)
+            self.metrics.log_value((module_id, "lag_weight_max"), float(w.max()), window=1)
         self.metrics.log_value((module_id, "clip_fraction"), float(clipped.mean()), window=1)
         self.metrics.log_value((module_id, "approx_kl"), float(kl.mean()), window=1)
         # RLlib's explained variance counts the bootstrap rows too (LOSS_MASK False: no value
