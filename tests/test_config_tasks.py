@@ -106,3 +106,29 @@ def test_every_shipped_rllib_config_loads():
     default = ContinualConfig()
     assert shipped.ppo.lr == default.ppo.lr == 1e-3
     assert shipped.lagrangian.lam_lr == default.lagrangian.lam_lr == 0.0
+
+
+def test_a_recipe_that_extends_another_states_only_what_differs(tmp_path):
+    """``extends:`` lays a recipe's keys on the file it names (mappings merged, lists replaced,
+    through a chain); the shipped 240-iteration recipe is the overlap recipe but for its name and
+    iteration count; a missing base or a loop is one ConfigError naming ``config.extends``."""
+    from inframind_ray.learning.train_config import load_train_config
+
+    rc = ROOT / "rllib_configs"
+    long, base = (load_train_config(rc / f"rl-sampled-cf-tail-delay-overlap{s}.yaml").model_dump()
+                  for s in ("-240", ""))
+    assert (long["ppo"]["iterations"], base["ppo"]["iterations"]) == (240, 120)
+    long["ppo"]["iterations"], long["name"] = 120, base["name"]
+    assert long == base
+    (tmp_path / "a.yaml").write_text(f"extends: {rc / 'default.yaml'}\nname: a\n"
+                                     "env: {load_range: [0.5, 1.5]}\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\nname: b\nppo: {iterations: 3}\n")
+    b, d = load_train_config(tmp_path / "b.yaml"), load_train_config(rc / "default.yaml")
+    assert (b.name, b.ppo.iterations, tuple(b.env.load_range)) == ("b", 3, (0.5, 1.5))
+    assert b.ppo.lr == d.ppo.lr and b.env.pool == d.env.pool
+    for text, says in (("extends: b.yaml\nname: c\n", "extends itself"),
+                       ("extends: none.yaml\n", "no such file")):
+        (tmp_path / "b.yaml").write_text(text)
+        with pytest.raises(ConfigError) as e:
+            load_train_config(tmp_path / "b.yaml")
+        assert e.value.field == "config.extends" and says in e.value.message

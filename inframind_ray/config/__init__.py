@@ -15,6 +15,7 @@ from inframind_ray.config.files import (
     POOLS_DIR,
     load_pool,
     read_yaml,
+    read_yaml_extending,
     resolve_pool_path,
     shipped_pools,
     validated,
@@ -31,4 +32,4 @@ from inframind_ray.config.serving import (
 __all__ = ["POOLS_DIR", "AdaptiveInflightConfig", "CanaryConfig", "EchoEngineSpec", "EngineConfig",
            "EngineSpec", "ModelConfig", "OpenAIEngineSpec", "PoolConfig", "RolloutConfig",
            "ServingConfig", "TwinEngineSpec", "VLLMEngineSpec", "load_pool", "read_yaml",
-           "resolve_pool_path", "shipped_pools", "validated"]
+           "read_yaml_extending", "resolve_pool_path", "shipped_pools", "validated"]

@@ -81,6 +81,27 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+def read_yaml_extending(path: str | Path, field: str, seen: tuple[Path, ...] = ()) -> dict:
+    """:func:`read_yaml`, where a file holding ``extends: OTHER.yaml`` (a path from its own
+    folder) is that file, read the same way, with this file's keys laid on it: mappings merged
+    key by key, anything else (lists too) replaced. A recipe that changes one setting of
+    another then states that setting only."""
+    path = Path(path)
+    raw = read_yaml(path, field)
+    if "extends" not in raw:
+        return raw
+    ref = raw.pop("extends")
+    if not isinstance(ref, str) or not ref:
+        raise ConfigError(f"{field}.extends", f"{path}: must name a YAML file")
+    base_path = (path.parent / ref).resolve()
+    seen = seen or (path.resolve(),)
+    if base_path in seen:
+        raise ConfigError(f"{field}.extends", f"{path} extends itself through {ref!r}")
+    if not base_path.is_file():
+        raise ConfigError(f"{field}.extends", f"{path}: no such file: {ref}")
+    return _merge(read_yaml_extending(base_path, field, (*seen, base_path)), raw)
+
+
 def _extend(raw: dict, path: Path, seen: tuple[Path, ...]) -> dict:
     """A deployment file that names a pool (``pool: default`` or a path from its folder) is that
     pool with the file's own keys laid on it; its ``models`` is then a mapping of overrides by

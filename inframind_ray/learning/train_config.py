@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inframind_ray import assumptions as A
-from inframind_ray.config import PoolConfig, load_pool, read_yaml, validated
+from inframind_ray.config import PoolConfig, load_pool, read_yaml_extending, validated
 from inframind_ray.errors import ConfigError
 from inframind_ray.learning.env import EnvConfig
 from inframind_ray.learning.warmstart import WarmStart
@@ -142,9 +142,9 @@ class TrainConfig(BaseModel):
 
 
 def load_train_config(path: str | Path) -> TrainConfig:
-    """Read and validate a training config (its validation pools too); ConfigError with one
-    line otherwise."""
-    cfg = validated(TrainConfig, read_yaml(path, "config"), source=str(path))
+    """Read and validate a training config (its validation pools too; ``extends:`` another
+    config file, with only what differs); ConfigError with one line otherwise."""
+    cfg = validated(TrainConfig, read_yaml_extending(path, "config"), source=str(path))
     validation_pools(cfg)
     return cfg
 
