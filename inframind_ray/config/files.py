@@ -81,12 +81,16 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def read_yaml_extending(path: str | Path, field: str, seen: tuple[Path, ...] = ()) -> dict:
+def read_yaml_extending(path: str | Path, field: str) -> dict:
     """:func:`read_yaml`, where a file holding ``extends: OTHER.yaml`` (a path from its own
     folder) is that file, read the same way, with this file's keys laid on it: mappings merged
     key by key, anything else (lists too) replaced. A recipe that changes one setting of
     another then states that setting only."""
-    path = Path(path)
+    path = Path(path).resolve()
+    return _read_extending(path, field, (path,))
+
+
+def _read_extending(path: Path, field: str, seen: tuple[Path, ...]) -> dict:
     raw = read_yaml(path, field)
     if "extends" not in raw:
         return raw
@@ -94,12 +98,11 @@ def read_yaml_extending(path: str | Path, field: str, seen: tuple[Path, ...] = (
     if not isinstance(ref, str) or not ref:
         raise ConfigError(f"{field}.extends", f"{path}: must name a YAML file")
     base_path = (path.parent / ref).resolve()
-    seen = seen or (path.resolve(),)
     if base_path in seen:
         raise ConfigError(f"{field}.extends", f"{path} extends itself through {ref!r}")
     if not base_path.is_file():
         raise ConfigError(f"{field}.extends", f"{path}: no such file: {ref}")
-    return _merge(read_yaml_extending(base_path, field, (*seen, base_path)), raw)
+    return _merge(_read_extending(base_path, field, (*seen, base_path)), raw)
 
 
 def _extend(raw: dict, path: Path, seen: tuple[Path, ...]) -> dict:
